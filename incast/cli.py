@@ -1,0 +1,185 @@
+"""The ``incast`` command line.
+
+Exit status: 0 success, 2 bad input (one line on stderr, nothing created),
+3 the machine lacks a feature the scenario needs, 1 the run failed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from . import scenario as scn
+
+EXIT_USAGE, EXIT_MISSING, EXIT_FAILED = 2, 3, 1
+
+# (flag, scenario field, help). Values are validated by the scenario model, not here.
+RUN_FLAGS = [
+    ("--senders", "senders", "servers answering each block (N)"),
+    ("--workload", "workload", "fixed-fragment | fixed-block"),
+    ("--sru", "sru", "bytes per server per block, e.g. 256KiB (fixed-fragment)"),
+    ("--block", "block", "bytes per block split over the servers, e.g. 1MiB (fixed-block)"),
+    ("--blocks", "blocks", "measured blocks per repetition"),
+    ("--warmup", "warmup", "unmeasured blocks before them"),
+    ("--repetitions", "repetitions", "repetitions of the measurement"),
+    ("--seed", "seed", "seed of the request order"),
+    ("--link-rate", "link_rate", "rate of every link, e.g. 1Gbit"),
+    ("--delay", "delay", "one-way delay at each host's egress (needs netem)"),
+    ("--buffer", "buffer", "egress buffer per switch port, e.g. 32KiB"),
+    ("--buffer-packets", "buffer_packets", "egress buffer per switch port in packets"),
+    ("--qos-queues", "qos_queues", "class queues per port splitting the buffer (1-8)"),
+    ("--sender-class", "sender_class", "class of all servers, or [0,1,...] cycled"),
+    ("--rto-min", "rto_min", "TCP minimum RTO, e.g. 200ms, 200us, or 'min'"),
+    ("--cc", "cc", "TCP congestion control, e.g. reno, cubic"),
+    ("--delayed-ack", "delayed_ack", "on | off"),
+    ("--sack", "sack", "on | off"),
+    ("--dupack-threshold", "dupack_threshold", "duplicate ACKs before fast retransmit"),
+    ("--initcwnd", "initcwnd", "initial congestion window, segments"),
+]
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _add_scenario_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario_file", nargs="?", help="scenario TOML file (flags override it)")
+    for flag, field, help_ in RUN_FLAGS:
+        p.add_argument(flag, dest=f"f_{field}", metavar="V", help=help_)
+    p.add_argument("--telemetry", action="store_true", help="record per-packet queue telemetry")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="set any scenario field, e.g. switch.qos.weights=[2,1]")
+
+
+def scenario_from_args(args) -> tuple[dict, dict]:
+    data = scn.load_file(args.scenario_file) if args.scenario_file else {}
+    overrides = {}
+    for _, field, _ in RUN_FLAGS:
+        value = getattr(args, f"f_{field}")
+        if value is not None:
+            overrides[field] = value
+    if args.telemetry:
+        overrides["telemetry"] = "true"
+    for item in args.set:
+        if "=" not in item:
+            raise scn.ScenarioError(f"--set {item!r}: expected FIELD=VALUE")
+        k, v = item.split("=", 1)
+        overrides[k.strip()] = v.strip()
+    return data, overrides
+
+
+def default_out(scenario: scn.Scenario) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"{stamp}-{scenario.name}-n{scenario.topology.senders}"
+
+
+def cmd_run(args) -> int:
+    from .experiment import run
+    from .results import one_line
+    data, overrides = scenario_from_args(args)
+    scenario = scn.build(data, overrides)
+    out = Path(args.out) if args.out else default_out(scenario)
+    if out.exists():
+        raise scn.ScenarioError(f"--out {out}: exists; choose another directory")
+    bar = None
+    if not args.json and sys.stderr.isatty():
+        from tqdm import tqdm
+        bar = tqdm(total=scenario.workload.blocks * scenario.workload.repetitions, unit="block",
+                   desc=scenario.describe(), leave=False, file=sys.stderr)
+    log = (lambda m: print(m, file=sys.stderr)) if args.verbose else (lambda m: None)
+    try:
+        outcome = run(scenario, out, progress=bar.update if bar else None, log=log)
+    finally:
+        if bar:
+            bar.close()
+    if args.json:
+        print(json.dumps(outcome.summary))
+    else:
+        print(f"{one_line(outcome.summary)} -> {outcome.run_dir}")
+    return 0
+
+
+def cmd_cleanup(args) -> int:
+    from .resources import cleanup_all
+    removed = cleanup_all()
+    for r in removed:
+        print(f"removed {r['token']}: {r['processes']} processes, {r['namespaces']} namespaces")
+    if not removed:
+        print("nothing to clean up")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="incast", description="TCP incast testbed")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("run", help="run one experiment")
+    _add_scenario_args(p)
+    p.add_argument("--out", help="results directory to create (default results/<time>-<name>)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
+    p.add_argument("-v", "--verbose", action="store_true", help="say what happens")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("sweep", help="run a grid of experiments; write a table and a plot")
+    _add_scenario_args(p)
+    p.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
+                   help="a sweep axis, e.g. senders=1,2,4,8 or rto_min=200ms,min")
+    p.add_argument("--out", help="sweep directory to create (default results/sweep-<time>)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=lambda a: __import__("incast.sweep", fromlist=["cmd_sweep"]).cmd_sweep(a))
+
+    p = sub.add_parser("telemetry", help="plot queue occupancy of a run at its bottleneck port")
+    p.add_argument("run_dir")
+    p.add_argument("--port", help="switch port to plot (default: the bottleneck)")
+    p.add_argument("--out", help="image file (default RUN_DIR/queue.png)")
+    p.set_defaults(func=lambda a: __import__("incast.plots", fromlist=["cmd_telemetry"]).cmd_telemetry(a))
+
+    p = sub.add_parser("probe", help="show what this machine's kernel can do")
+    p.set_defaults(func=cmd_probe)
+
+    p = sub.add_parser("cleanup", help="remove what crashed or killed runs left behind")
+    p.set_defaults(func=cmd_cleanup)
+    return ap
+
+
+def cmd_probe(args) -> int:
+    from .probe import probe
+    f = probe()
+    for line in f.summary_lines():
+        print(line)
+    print(f"congestion control: available {' '.join(f.cc_available)}; allowed {' '.join(f.cc_allowed)}")
+    print(f"lowest rto_min: {f.lowest_rto_min_us} us -> effective floor {f.effective_rto_floor_us(f.lowest_rto_min_us)} us")
+    return 0
+
+
+def main(argv=None) -> int:
+    from .probe import MissingFeature
+    from .results import ResultsExist
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except (UsageError, scn.ScenarioError, ResultsExist) as e:
+        print(f"incast: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except MissingFeature as e:
+        print(f"incast: missing: {e}", file=sys.stderr)
+        return EXIT_MISSING
+    except KeyboardInterrupt:
+        print("incast: interrupted; everything the run created was removed", file=sys.stderr)
+        return 130
+    except Exception as e:  # a failed run: one line, then the cause for debugging
+        print(f"incast: run failed: {e}", file=sys.stderr)
+        if "--verbose" in (argv or sys.argv) or "-v" in (argv or sys.argv):
+            raise
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""The ``linux`` data plane: a kernel bridge per switch, a tc hierarchy per egress port.
+
+Each switch port gets, in the world namespace of the run::
+
+    root htb (rate = link rate)            the port's transmitter
+      class 1:1 rate = ceil = link rate
+        class 1:1c  prio c, ceil = link    strict priority: class 0 first
+          bfifo limit = buffer share c     the class queue (pfifo for packet buffers)
+    u32 filters: DSCP -> class c           the classification rule (k > 1 only)
+
+The bfifo limit counts the bytes of whole frames (Ethernet header included), so a
+32 KiB buffer holds 21 full-size frames, as a shallow-buffered switch does. HTB's token
+burst is a few frames: the default (rate/HZ, 500 KB at 1 Gbit/s and HZ=250) would let a
+burst leave at memory speed and the queue would never fill as on a real port.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pandas as pd
+from mininet.node import Switch
+
+from ..probe import MissingFeature
+from ..scenario import ETH_HLEN
+from ..telemetry import QdiscTracer
+from . import DataPlane, Port
+
+BURST_FRAMES = 4        # HTB bucket depth, in full frames
+# Bytes a frame occupies on real Ethernet beyond what the kernel counts (preamble 8,
+# FCS 4, inter-frame gap 12): with it, 1 Gbit/s carries at most 1448/1538 = 94.1% payload.
+WIRE_OVERHEAD = 24
+LEAF_RATE_SHARE = 1e-3  # guaranteed rate of a class; the rest is borrowed in prio order
+
+
+class KernelBridge(Switch):
+    """A Mininet switch that is a plain Linux bridge, configured over netlink only.
+
+    (Mininet's LinuxBridge drives brctl, which falls back to sysfs paths of whatever
+    network namespace /sys was mounted for.)"""
+
+    def __init__(self, name, **params):
+        Switch.__init__(self, name, **params)
+
+    def start(self, controllers):
+        cmds = [f"ip link add name {self.name} type bridge stp_state 0 forward_delay 0 "
+                f"mcast_snooping 0 ageing_time 30000"]
+        cmds += [f"ip link set dev {i.name} master {self.name}" for i in self.intfList() if i.name != "lo"]
+        cmds += [f"ip link set dev {i.name} up" for i in self.intfList() if i.name != "lo"]
+        cmds.append(f"ip link set dev {self.name} up")
+        _batch_ip([c[3:] for c in cmds])
+
+    def stop(self, deleteIntfs=True):
+        subprocess.run(["ip", "link", "del", self.name], capture_output=True)
+        super().stop(deleteIntfs)
+
+
+def _batch_ip(lines: list[str]) -> None:
+    r = subprocess.run(["ip", "-batch", "-"], input="\n".join(lines) + "\n", text=True, capture_output=True)
+    if r.returncode:
+        raise RuntimeError(f"ip -batch failed: {r.stderr.strip()}")
+
+
+def run_tc_batch(lines: list[str], ns: str | None = None) -> None:
+    cmd = ["tc", "-batch", "-"]
+    if ns:
+        cmd = ["ip", "netns", "exec", ns, *cmd]
+    r = subprocess.run(cmd, input="\n".join(lines) + "\n", text=True, capture_output=True)
+    if r.returncode:
+        raise RuntimeError(f"tc -batch failed: {r.stderr.strip()}")
+
+
+def htb_burst(mtu: int) -> int:
+    return BURST_FRAMES * (mtu + ETH_HLEN)
+
+
+def port_tc_commands(dev: str, scenario) -> list[str]:
+    """tc batch lines giving one switch port its shaped, partitioned egress buffer."""
+    rate = scenario.link.rate
+    mtu = scenario.link.mtu
+    qos = scenario.switch.qos
+    frame = mtu + ETH_HLEN
+    burst = htb_burst(mtu)
+    limits = scenario.switch.class_limits(mtu)
+    leaf_kind = "bfifo" if scenario.switch.buffer is not None else "pfifo"
+    leaf_rate = max(8000, int(rate * LEAF_RATE_SHARE))
+    lines = [
+        f"qdisc replace dev {dev} root handle 1: htb default 10",
+        f"class replace dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit "
+        f"burst {burst} cburst {burst} overhead {WIRE_OVERHEAD} quantum {frame}",
+    ]
+    for c, limit in enumerate(limits):
+        minor = 0x10 + c
+        lines.append(f"class replace dev {dev} parent 1:1 classid 1:{minor:x} htb rate {leaf_rate}bit "
+                     f"ceil {rate}bit burst {burst} cburst {burst} overhead {WIRE_OVERHEAD} prio {c} quantum {frame}")
+        lines.append(f"qdisc replace dev {dev} parent 1:{minor:x} handle {minor:x}: {leaf_kind} limit {limit}")
+    if qos.queues > 1:
+        for dscp, c in enumerate(qos.dscp_table()):
+            if c:
+                lines.append(f"filter add dev {dev} parent 1: protocol ip prio 1 u32 "
+                             f"match ip dsfield {dscp << 2:#04x} 0xfc flowid 1:{0x10 + c:x}")
+    return lines
+
+
+def interface_ifindexes() -> dict[str, int]:
+    out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True, check=True).stdout
+    return {link["ifname"]: link["ifindex"] for link in json.loads(out)}
+
+
+def switch_ports(net) -> list[Port]:
+    """Every switch port of a started Mininet network, with the node at its far end."""
+    index = interface_ifindexes()
+    ports = []
+    for sw in net.switches:
+        for intf, number in sorted(sw.ports.items(), key=lambda kv: kv[1]):
+            if intf.name == "lo" or intf.link is None:
+                continue
+            other = intf.link.intf2 if intf.link.intf1 is intf else intf.link.intf1
+            ports.append(Port(switch=sw.name, name=intf.name, number=number,
+                              peer=other.node.name, ifindex=index[intf.name]))
+    return ports
+
+
+def offloads_off_commands(dev: str) -> str:
+    # Without this the queues hold 64 KB GSO/GRO super-packets and a 32 KB buffer
+    # drops nearly everything.
+    return f"ethtool -K {dev} tso off gso off gro off 2>/dev/null"
+
+
+class LinuxDataPlane(DataPlane):
+    name = "linux"
+
+    def switch_class(self):
+        return KernelBridge
+
+    def configure(self, net, topo) -> None:
+        self.ports = switch_ports(net)
+        script = "; ".join(offloads_off_commands(p.name) for p in self.ports)
+        subprocess.run(["sh", "-c", script], check=False)
+        lines = []
+        for p in self.ports:
+            lines += port_tc_commands(p.name, self.scenario)
+        self.tc_script = "\n".join(lines) + "\n"
+        run_tc_batch(lines)
+
+    def queue_counters(self) -> pd.DataFrame:
+        rows = []
+        limits = self.scenario.switch.class_limits(self.scenario.link.mtu)
+        unit = "bytes" if self.scenario.switch.buffer is not None else "packets"
+        for p in self.ports:
+            out = subprocess.run(["tc", "-s", "-j", "qdisc", "show", "dev", p.name],
+                                 capture_output=True, text=True, check=True).stdout
+            for q in json.loads(out):
+                handle = int(q["handle"].rstrip(":"), 16)
+                if q["kind"] not in ("bfifo", "pfifo") or not 0x10 <= handle < 0x18:
+                    continue
+                c = handle - 0x10
+                rows.append({"switch": p.switch, "port": p.name, "peer": p.peer, "queue": c,
+                             "sent_packets": q["packets"], "sent_bytes": q["bytes"],
+                             "drops": q["drops"], "overlimits": q["overlimits"],
+                             "backlog_bytes": q["backlog"], "backlog_packets": q["qlen"],
+                             "limit": limits[c], "limit_unit": unit})
+        return pd.DataFrame(rows)
+
+    def telemetry(self, run_dir, host_of_ip: dict[str, str], world_inode: int):
+        ok, why = self.features.telemetry_ok()
+        if not ok:
+            raise MissingFeature("telemetry: " + why)
+        ports = {p.ifindex: (p.switch, p.name) for p in self.ports}
+        return QdiscTracer(run_dir, world_inode, ports, self.scenario.switch.qos.dscp_table(),
+                           self.features.qdisc_drop_reasons, host_of_ip,
+                           perf_pages=self.scenario.telemetry.perf_buffer_pages)

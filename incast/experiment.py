@@ -1,0 +1,262 @@
+"""Run one scenario: build the network, run the workload, collect the tables.
+
+The steps, in order (each waits for the previous one to report, never for time):
+  1. probe the kernel and check the scenario's needs        (nothing created yet)
+  2. create the run's world namespace and the Mininet network inside it
+  3. configure the hosts' TCP and NICs, and the switch queues
+  4. start the servers (each prints READY) and, optionally, queue telemetry (READY)
+  5. per repetition: the client connects, runs its warm-up blocks and prints WARM;
+     counters are read; GO starts the measured blocks; counters are read again
+  6. stop telemetry, write the tables and the summary, rename the results directory
+Whatever happens, the run's namespaces, links and processes are removed.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import platform
+import selectors
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from . import dataplane as dataplanes
+from . import hostconfig, resources
+from .probe import Features, probe, require
+from .results import ResultsDir, one_line, summarize
+from .scenario import Scenario, to_toml
+
+REPO = Path(__file__).resolve().parent.parent
+HOSTS_DIR = REPO / "hosts"
+TOPOLOGIES_DIR = REPO / "topologies"
+SERVER_PORT = 5001
+STALL_TIMEOUT_S = 300   # no output from the client for this long: the run is wedged
+
+
+class RunFailed(RuntimeError):
+    pass
+
+
+def load_topology(kind: str, senders: int):
+    """Instantiate a topology from topologies/<kind>.py (Mininet --custom files)."""
+    path = TOPOLOGIES_DIR / f"{kind}.py"
+    spec = importlib.util.spec_from_file_location(f"incast_topology_{kind}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.topos[kind](senders=senders)
+
+
+def resolve_rto_min(scenario: Scenario, features: Features) -> int:
+    rto = scenario.tcp.rto_min
+    return features.lowest_rto_min_us if rto == "min" else rto
+
+
+def environment(features: Features, scenario: Scenario, rto_min_us: int) -> dict:
+    import mininet.net
+    versions = {"python": platform.python_version(), "mininet": mininet.net.VERSION,
+                "pandas": pd.__version__, "bpftrace": features.bpftrace}
+    try:
+        import pyarrow
+        versions["pyarrow"] = pyarrow.__version__
+    except ImportError:
+        pass
+    tc = subprocess.run(["tc", "-V"], capture_output=True, text=True).stdout.strip()
+    versions["iproute2"] = tc
+    return {
+        "kernel": features.kernel, "hz": features.hz, "jiffy_us": features.jiffy_us,
+        "rto_min_us": rto_min_us,
+        "rto_floor_us": features.effective_rto_floor_us(rto_min_us),
+        "dataplane": scenario.dataplane, "machine": platform.machine(),
+        "cpus": len(__import__("os").sched_getaffinity(0)),
+        "versions": versions, "features": features.as_dict(),
+    }
+
+
+@dataclass
+class Outcome:
+    run_dir: Path
+    summary: dict
+
+
+class _Lines:
+    """Line reader over a child's stdout with a stall detector."""
+
+    def __init__(self, proc, what):
+        self.proc, self.what = proc, what
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(proc.stdout, selectors.EVENT_READ)
+
+    def next(self) -> str:
+        if not self.sel.select(STALL_TIMEOUT_S):
+            raise RunFailed(f"{self.what} produced nothing for {STALL_TIMEOUT_S} s")
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            err = self.proc.stderr.read().strip().splitlines() if self.proc.stderr else []
+            raise RunFailed(f"{self.what} exited ({self.proc.returncode}): {err[-1] if err else 'no error output'}")
+        return line.rstrip("\n")
+
+    def expect(self, word: str) -> None:
+        line = self.next()
+        if line != word:
+            raise RunFailed(f"{self.what}: expected {word}, got {line!r}")
+
+
+def _counter_rows(hosts, before: dict, after: dict, rep: int) -> list[dict]:
+    rows = []
+    for h in hosts:
+        row = {"rep": rep, "host": h.name}
+        for k in hostconfig.COUNTERS:
+            row[k] = after[h.name].get(k, 0) - before[h.name].get(k, 0)
+        rows.append(row)
+    return rows
+
+
+def _queue_delta(before: pd.DataFrame, after: pd.DataFrame, rep: int) -> pd.DataFrame:
+    key = ["switch", "port", "queue"]
+    delta = after.copy()
+    b = before.set_index(key)
+    a = after.set_index(key)
+    for col in ("sent_packets", "sent_bytes", "drops", "overlimits"):
+        delta[col] = (a[col] - b[col]).values
+    delta.insert(0, "rep", rep)
+    return delta
+
+
+def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> Outcome:
+    """Run a validated scenario; write its results directory at out."""
+    features = probe()
+    for note in require(features, scenario):
+        log(note)
+    rto_min_us = resolve_rto_min(scenario, features)
+    results = ResultsDir(out)
+    results.write_text("scenario.toml", to_toml(scenario))
+    env = environment(features, scenario, rto_min_us)
+    results.write_json("environment.json", env)
+
+    # Imported late: Mininet is heavy and only needed once a network is built.
+    from mininet.link import Link
+    from mininet.net import Mininet
+    from mininet.node import Host
+    from mininet.log import setLogLevel
+    setLogLevel("error")
+
+    dp = dataplanes.get(scenario.dataplane)(scenario, features)
+    with resources.Run() as res:
+        if scenario.tcp.cc not in features.cc_allowed:
+            # Namespaces may only pick algorithms the init namespace allows.
+            res.set_global_sysctl("net.ipv4.tcp_allowed_congestion_control",
+                                  " ".join(features.cc_allowed + [scenario.tcp.cc]))
+        res.create_world()
+        t_build = time.monotonic()
+        topo = load_topology(scenario.topology.kind, scenario.topology.senders)
+        net = Mininet(topo=topo, switch=dp.switch_class(), controller=None, host=Host, link=Link,
+                      build=False, waitConnected=False)
+        net.build()
+        net.start()
+        client = net.get(topo.client)
+        servers = [net.get(s) for s in topo.servers]
+        res.name_host_netns({h.name: h.pid for h in net.hosts})
+        hostconfig.configure_hosts(net.hosts, scenario, rto_min_us, features)
+        dp.configure(net, topo)
+        results.write_text("switch.tc", getattr(dp, "tc_script", ""))
+        build_s = time.monotonic() - t_build
+        log(f"network of {len(net.hosts)} hosts built in {build_s:.1f} s ({res.token})")
+
+        host_of_ip = {h.IP(): h.name for h in net.hosts}
+        bottleneck = dp.bottleneck(client.name)
+        qos = scenario.switch.qos
+        dscps = [qos.class_dscp()[qos.class_of_sender(i)] for i in range(len(servers))]
+
+        server_procs = []
+        for s, dscp in zip(servers, dscps):
+            p = s.popen([sys.executable, str(HOSTS_DIR / "incast_server.py"), "--port", str(SERVER_PORT),
+                         "--dscp", str(dscp)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            server_procs.append((s, p))
+        for s, p in server_procs:
+            _Lines(p, f"server on {s.name}").expect("READY")
+
+        tracer = None
+        if scenario.telemetry.enabled:
+            tracer = dp.telemetry(results.path, host_of_ip, resources.netns_inode(res.world))
+            tracer.start()
+
+        fragments = scenario.fragments()
+        w = scenario.workload
+        block_rows, flow_rows, counter_rows, queue_frames = [], [], [], []
+        t0_ns = None
+        for rep in range(w.repetitions):
+            cmd = [sys.executable, str(HOSTS_DIR / "incast_client.py"),
+                   "--servers", ",".join(s.IP() for s in servers),
+                   "--fragments", ",".join(map(str, fragments)),
+                   "--dscp", ",".join(map(str, dscps)), "--port", str(SERVER_PORT),
+                   "--blocks", str(w.blocks), "--warmup", str(w.warmup), "--seed", str(w.seed + rep)]
+            proc = client.popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+            lines = _Lines(proc, "client")
+            lines.expect("CONNECTED")
+            lines.expect("WARM")
+            before = {h.name: hostconfig.read_counters(h.pid) for h in net.hosts}
+            q_before = dp.queue_counters()
+            if t0_ns is None:
+                t0_ns = time.monotonic_ns()
+            proc.stdin.write("GO\n")
+            proc.stdin.flush()
+            for _ in range(w.blocks):
+                parts = lines.next().split()
+                if parts[0] != "BLOCK":
+                    raise RunFailed(f"client: unexpected output {' '.join(parts)!r}")
+                i, start, end, last = int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4])
+                block_rows.append({"rep": rep, "block": i, "start_us": (start - t0_ns) / 1000,
+                                   "end_us": (end - t0_ns) / 1000, "duration_ms": (end - start) / 1e6,
+                                   "bytes": sum(fragments),
+                                   "goodput_mbps": sum(fragments) * 8 / ((end - start) / 1e3),
+                                   "last_server": servers[last].name if last >= 0 else ""})
+                if progress:
+                    progress(1)
+            after = {h.name: hostconfig.read_counters(h.pid) for h in net.hosts}
+            q_after = dp.queue_counters()
+            for _ in servers:
+                parts = lines.next().split(" ", 2)
+                if parts[0] != "FLOW":
+                    raise RunFailed(f"client: unexpected output {parts[0]!r}")
+                info = json.loads(parts[2])
+                srv = servers[int(parts[1])]
+                flow_rows.append({"rep": rep, "server": srv.name, "client": client.name,
+                                  "dscp": dscps[int(parts[1])], **info})
+            lines.expect("DONE")
+            proc.wait()
+            counter_rows += _counter_rows(net.hosts, before, after, rep)
+            queue_frames.append(_queue_delta(q_before, q_after, rep))
+
+        telemetry_table, lost = None, None
+        if tracer:
+            tres = tracer.stop(t0_ns)
+            telemetry_table, lost = tres.table, tres.lost
+            for note in tres.notes:
+                log(note)
+
+    blocks = pd.DataFrame(block_rows)
+    counters = pd.DataFrame(counter_rows)
+    queues = pd.concat(queue_frames, ignore_index=True)
+    flows = pd.DataFrame(flow_rows)
+    summary = summarize(blocks, counters, queues, telemetry_table, lost, scenario.link.rate,
+                        scenario.topology.senders, bottleneck.name)
+    summary.update({"dataplane": scenario.dataplane, "cc": scenario.tcp.cc, "rto_min_us": rto_min_us,
+                    "rto_floor_us": env["rto_floor_us"], "bottleneck_port": bottleneck.name,
+                    "build_s": round(build_s, 3), "repetitions": w.repetitions,
+                    "run_dir": str(results.final)})
+    results.write_table("blocks.parquet", blocks)
+    results.write_table("counters.parquet", counters)
+    results.write_table("queues.parquet", queues)
+    results.write_table("flows.parquet", flows)
+    if telemetry_table is not None:
+        results.write_table("telemetry.parquet", telemetry_table)
+    results.write_json("summary.json", summary)
+    final = results.finalize()
+    log(one_line(summary))
+    return Outcome(run_dir=final, summary=summary)

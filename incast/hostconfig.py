@@ -1,0 +1,124 @@
+"""Configure the emulated hosts: their TCP profile and their NIC.
+
+Every setting is per network namespace (sysctls under net.ipv4 and per-route metrics),
+so hosts never change the machine's own TCP. Each host gets one shell script, run in
+one round trip.
+
+The host's NIC is an HTB at the link rate: a server cannot put more than 1 Gbit/s on
+its link, as on real hardware. Its queue is the host's transmit queue (bounded by TCP
+small queues, never dropping: its limit is far above what TSQ lets a socket queue);
+losses happen only at the switch.
+"""
+from __future__ import annotations
+
+import subprocess
+
+from .dataplane.linux import WIRE_OVERHEAD, htb_burst, offloads_off_commands
+from .scenario import ETH_HLEN
+
+NIC_QUEUE_PACKETS = 10_000
+
+
+def tcp_sysctls(scenario, rto_min_us: int, features) -> dict[str, str]:
+    tcp = scenario.tcp
+    s = {
+        # Set explicitly: the machine's default may be anything (bbr here).
+        "net.ipv4.tcp_congestion_control": tcp.cc,
+        "net.ipv4.tcp_sack": "1" if tcp.sack else "0",
+        "net.ipv4.tcp_reordering": str(tcp.dupack_threshold),
+        "net.ipv4.tcp_slow_start_after_idle": "1" if tcp.slow_start_after_idle else "0",
+        # Each run starts cold: no ssthresh/RTT cached from an earlier connection.
+        "net.ipv4.tcp_no_metrics_save": "1",
+    }
+    if features.rto_min_us_sysctl:
+        s["net.ipv4.tcp_rto_min_us"] = str(rto_min_us)
+    return s
+
+
+def route_metrics(scenario, rto_min_us: int, features) -> str:
+    opts = []
+    if not scenario.tcp.delayed_ack:
+        opts.append("quickack 1")      # the receiver ACKs every segment at once
+    if scenario.tcp.initcwnd:
+        opts.append(f"initcwnd {scenario.tcp.initcwnd}")
+    if not features.rto_min_us_sysctl:
+        opts.append(f"rto_min {max(1, rto_min_us // 1000)}ms")
+    return " ".join(opts)
+
+
+def nic_tc_commands(dev: str, scenario) -> list[str]:
+    rate, mtu = scenario.link.rate, scenario.link.mtu
+    burst = htb_burst(mtu)
+    link = scenario.link
+    if link.needs_netem:
+        leaf = f"netem limit {NIC_QUEUE_PACKETS}"
+        if link.delay:
+            leaf += f" delay {link.delay}us"
+            if link.jitter:
+                leaf += f" {link.jitter}us"
+        if link.loss:
+            leaf += f" loss {link.loss}%"
+    else:
+        leaf = f"pfifo limit {NIC_QUEUE_PACKETS}"
+    return [
+        f"tc qdisc replace dev {dev} root handle 1: htb default 1",
+        f"tc class replace dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit "
+        f"burst {burst} cburst {burst} overhead {WIRE_OVERHEAD} quantum {mtu + ETH_HLEN}",
+        f"tc qdisc replace dev {dev} parent 1:1 handle 10: {leaf}",
+    ]
+
+
+def host_script(host, scenario, rto_min_us: int, features) -> str:
+    intf = host.defaultIntf().name
+    ip = host.IP()
+    sysctls = " ".join(f"{k}={v}" for k, v in tcp_sysctls(scenario, rto_min_us, features).items())
+    metrics = route_metrics(scenario, rto_min_us, features)
+    lines = [
+        "set -e",
+        f"sysctl -q -w {sysctls}",
+        offloads_off_commands(intf) + " || true",
+        *nic_tc_commands(intf, scenario),
+    ]
+    if metrics:
+        lines.append(f"ip route replace 10.0.0.0/8 dev {intf} proto kernel scope link src {ip} {metrics}")
+    lines.append("echo CONFIGURED")
+    return "\n".join(lines)
+
+
+def configure_hosts(hosts, scenario, rto_min_us: int, features) -> None:
+    """Apply the TCP profile and the NIC to every host (in parallel); raise with the
+    first host's error."""
+    procs = [(h, h.popen(["sh", "-c", host_script(h, scenario, rto_min_us, features)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+             for h in hosts]
+    failed = []
+    for h, p in procs:
+        out, _ = p.communicate()
+        if p.returncode or "CONFIGURED" not in out:
+            lines = out.strip().splitlines()
+            failed.append(f"configuring host {h.name} failed: {lines[-1] if lines else 'no output'}")
+    if failed:
+        raise RuntimeError(failed[0])
+
+
+def read_counters(pid: int) -> dict[str, int]:
+    """The TCP MIB counters of a host's namespace, read from the root namespace via /proc."""
+    out: dict[str, int] = {}
+    for name in ("snmp", "netstat"):
+        try:
+            lines = open(f"/proc/{pid}/net/{name}").read().splitlines()
+        except OSError:
+            continue
+        for head, vals in zip(lines[::2], lines[1::2]):
+            prefix, keys = head.split(":", 1)
+            _, values = vals.split(":", 1)
+            if prefix not in ("Tcp", "TcpExt"):
+                continue
+            for k, v in zip(keys.split(), values.split()):
+                out[k] = int(v)
+    return out
+
+
+COUNTERS = ["TCPTimeouts", "RetransSegs", "TCPLossProbes", "TCPSpuriousRTOs", "TCPFastRetrans",
+            "TCPSlowStartRetrans", "TCPLostRetransmit", "DelayedACKs", "TCPSackRecovery",
+            "TCPRenoRecovery", "InSegs", "OutSegs"]

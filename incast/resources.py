@@ -1,0 +1,256 @@
+"""Everything a run creates on the machine, registered so it can always be removed.
+
+A run gets a token (``incast-<8 hex>``). It builds its whole emulated network inside a
+network namespace of that name (the *world*): the switches' bridges and ports live
+there, and each Mininet host is a namespace of its own, also given a name
+(``<token>-<host>``) so users can ``ip netns exec`` into it. Every process the run
+starts carries ``INCAST_RUN=<token>`` in its environment. A state file in
+/run/incast records the run's PID and anything global it changed.
+
+Teardown (normal exit, exception, SIGTERM/SIGINT) and ``incast cleanup`` (after a
+SIGKILL) both: kill the processes marked with the token, delete the token's
+namespaces (which deletes every link inside them) and restore what the state file
+says was changed. Nothing outside the token is ever touched.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+STATE_DIR = Path("/run/incast")
+NETNS_DIR = Path("/run/netns")
+PREFIX = "incast-"
+ENV_MARK = "INCAST_RUN"
+CLONE_NEWNET = 0x40000000
+_TOKEN_RE = re.compile(r"^incast-[0-9a-f]{8}$")
+
+
+def _libc():
+    return ctypes.CDLL("libc.so.6", use_errno=True)
+
+
+def setns(path: str) -> None:
+    """Move the calling thread (and its future children) into a network namespace."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _libc().setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({path}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def netns_inode(name: str) -> int:
+    return os.stat(NETNS_DIR / name).st_ino
+
+
+def _pids_with_mark(token: str | None) -> list[int]:
+    """PIDs whose environment carries INCAST_RUN (=token, or any value when token is None)."""
+    me = os.getpid()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == me:
+            continue
+        try:
+            env = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        for item in env.split(b"\0"):
+            if item.startswith(ENV_MARK.encode() + b"="):
+                value = item.split(b"=", 1)[1].decode(errors="replace")
+                if token is None or value == token:
+                    found.append(int(proc.name))
+                break
+    return found
+
+
+def _start_time(pid: int) -> int | None:
+    """Kernel start time of a process (field 22 of stat): tells a reused PID apart."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def kill_marked(token: str) -> int:
+    """SIGKILL every process of the run; returns how many there were."""
+    pids = _pids_with_mark(token)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    # Wait until they are gone (they may be holding namespaces open).
+    for pid in pids:
+        for _ in range(2000):
+            if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
+                break
+            time.sleep(0.001)
+    return len(pids)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
+
+
+def _netns_of(token: str) -> list[str]:
+    if not NETNS_DIR.is_dir():
+        return []
+    return sorted(p.name for p in NETNS_DIR.iterdir() if p.name == token or p.name.startswith(token + "-"))
+
+
+def delete_netns(names: list[str]) -> None:
+    if not names:
+        return
+    # One ip process for all: -batch keeps teardown of 128 hosts fast.
+    batch = "".join(f"netns del {n}\n" for n in names)
+    subprocess.run(["ip", "-force", "-batch", "-"], input=batch, text=True, capture_output=True)
+
+
+class Run:
+    """The resources of one run. Use as a context manager: teardown is guaranteed."""
+
+    def __init__(self):
+        self.token = f"{PREFIX}{uuid.uuid4().hex[:8]}"
+        self.world = self.token
+        self.state_file = STATE_DIR / f"{self.token}.json"
+        self.state: dict = {"pid": os.getpid(), "pid_start": _start_time(os.getpid()),
+                            "started": time.time(), "restore_sysctls": {}}
+        self._old_handlers: dict = {}
+        self._entered = False
+
+    # --- lifecycle -------------------------------------------------------------------
+    def __enter__(self) -> "Run":
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        self._save()
+        os.environ[ENV_MARK] = self.token
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.teardown()
+
+    def _on_signal(self, signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def _save(self) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state))
+        tmp.replace(self.state_file)
+
+    # --- what a run creates ----------------------------------------------------------
+    def create_world(self) -> None:
+        """Create the world namespace and move this process into it."""
+        subprocess.run(["ip", "netns", "add", self.world], check=True, capture_output=True)
+        self._home = os.open("/proc/self/ns/net", os.O_RDONLY)
+        setns(str(NETNS_DIR / self.world))
+        self._entered = True
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+
+    def leave_world(self) -> None:
+        if self._entered:
+            if _libc().setns(self._home, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns back to the original namespace")
+            os.close(self._home)
+            self._entered = False
+
+    def name_host_netns(self, hosts: dict[str, int]) -> dict[str, str]:
+        """Give each Mininet host's namespace a name; returns host -> netns name."""
+        names = {h: f"{self.token}-{h}" for h in hosts}
+        batch = "".join(f"netns attach {names[h]} {pid}\n" for h, pid in hosts.items())
+        subprocess.run(["ip", "-batch", "-"], input=batch, text=True, check=True, capture_output=True)
+        return names
+
+    def set_global_sysctl(self, key: str, value: str) -> None:
+        """Change an init-namespace sysctl, remembering the old value for teardown."""
+        path = Path("/proc/sys", key.replace(".", "/"))
+        old = path.read_text().strip()
+        if old == value:
+            return
+        self.state["restore_sysctls"].setdefault(key, old)
+        self._save()
+        path.write_text(value)
+
+    # --- teardown --------------------------------------------------------------------
+    def teardown(self) -> None:
+        try:
+            self.leave_world()
+        finally:
+            remove_run(self.token, self.state)
+            for sig, handler in self._old_handlers.items():
+                signal.signal(sig, handler)
+            os.environ.pop(ENV_MARK, None)
+
+
+def remove_run(token: str, state: dict | None = None) -> dict:
+    """Remove everything a run created. Safe to call twice."""
+    state_file = STATE_DIR / f"{token}.json"
+    if state is None:
+        try:
+            state = json.loads(state_file.read_text())
+        except (OSError, ValueError):
+            state = {}
+    killed = kill_marked(token)
+    names = _netns_of(token)
+    delete_netns(names)
+    # Global sysctls are restored after the world is gone: in the init namespace.
+    for key, old in (state.get("restore_sysctls") or {}).items():
+        try:
+            Path("/proc/sys", key.replace(".", "/")).write_text(old)
+        except OSError:
+            pass
+    state_file.unlink(missing_ok=True)
+    return {"token": token, "processes": killed, "namespaces": len(names)}
+
+
+def stale_tokens() -> list[str]:
+    """Tokens of runs whose owner is gone: from state files, namespaces and processes."""
+    tokens: set[str] = set()
+    if STATE_DIR.is_dir():
+        tokens |= {p.stem for p in STATE_DIR.glob(f"{PREFIX}*.json")}
+    if NETNS_DIR.is_dir():
+        tokens |= {p.name[:len(PREFIX) + 8] for p in NETNS_DIR.iterdir() if p.name.startswith(PREFIX)}
+    for pid in _pids_with_mark(None):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in env:
+            if item.startswith(ENV_MARK.encode() + b"="):
+                tokens.add(item.split(b"=", 1)[1].decode(errors="replace"))
+    stale = []
+    for token in sorted(tokens):
+        if not _TOKEN_RE.match(token):
+            continue
+        try:
+            state = json.loads((STATE_DIR / f"{token}.json").read_text())
+            owner, started = state["pid"], state["pid_start"]
+        except (OSError, ValueError, KeyError):
+            owner = started = None
+        if owner is not None and _is_alive(owner) and _start_time(owner) == started:
+            continue   # a live run: not ours to touch
+        stale.append(token)
+    return stale
+
+
+def _is_alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and not _is_zombie(pid)
+
+
+def cleanup_all() -> list[dict]:
+    removed = [remove_run(t) for t in stale_tokens()]
+    # Scratch namespaces of a feature probe that was killed half-way.
+    probes = [p.name for p in NETNS_DIR.glob(f"{PREFIX}probe-*")] if NETNS_DIR.is_dir() else []
+    delete_netns(probes)
+    return removed

@@ -1,0 +1,390 @@
+"""The scenario model: one typed, validated description of an incast experiment.
+
+The CLI, the sweep driver, the pytest suite and the labs all build a :class:`Scenario`
+(from a TOML file, from ``--flags``, from ``field=value`` overrides) and hand it to the
+runner. Nothing touches the machine before a scenario has validated.
+
+Every field is documented in README.md ("Scenario fields"). Sizes are stored in bytes,
+rates in bit/s and times in µs, whatever unit the user wrote.
+"""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
+                      ValidationError, field_validator, model_validator)
+
+from .units import (format_rate, format_size, format_time_us, parse_rate, parse_size,
+                    parse_time_us)
+
+# Ethernet header bytes that tc's byte counters and bfifo limits include.
+ETH_HLEN = 14
+
+Size = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
+Rate = Annotated[int, BeforeValidator(parse_rate), Field(gt=0)]
+TimeUs = Annotated[int, BeforeValidator(parse_time_us), Field(ge=0)]
+
+
+def _rto_min(value):
+    if isinstance(value, str) and value.strip().lower() == "min":
+        return "min"
+    return parse_time_us(value)
+
+
+RtoMin = Annotated[Union[Literal["min"], Annotated[int, Field(ge=1, le=120_000_000)]],
+                   BeforeValidator(_rto_min)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Topology(_Model):
+    """Which Mininet topology (a file in topologies/) and how many servers answer."""
+    kind: Literal["star"] = "star"
+    senders: int = Field(1, ge=1, le=256, description="servers answering each block")
+
+
+class Link(_Model):
+    """Every link of the topology (host NICs and switch ports run at this rate)."""
+    rate: Rate = parse_rate("1Gbit")
+    mtu: int = Field(1500, ge=576, le=9000)
+    delay: TimeUs = 0
+    jitter: TimeUs = 0
+    loss: float = Field(0.0, ge=0.0, le=100.0, description="percent, per host egress")
+
+    @property
+    def needs_netem(self) -> bool:
+        return bool(self.delay or self.jitter or self.loss)
+
+    @model_validator(mode="after")
+    def _jitter_needs_delay(self):
+        if self.jitter and not self.delay:
+            raise ValueError("link.jitter needs link.delay (jitter is variation around a delay)")
+        return self
+
+
+class QoS(_Model):
+    """QoS partitioning of each switch port: k class queues sharing the port's buffer.
+
+    Class 0 has the highest (strict) priority. A packet's class comes from its DSCP
+    through ``dscp_map``; unmapped DSCPs go to class 0. Servers mark their traffic with
+    the DSCP of the class ``sender_class`` gives them.
+    """
+    queues: int = Field(1, ge=1, le=8)
+    weights: list[float] | None = Field(None, description="buffer share per class; default equal")
+    dscp_map: dict[int, int] | None = Field(None, description="DSCP -> class; default class c <- DSCP 8*c (CSc)")
+    sender_class: int | list[int] = Field(0, description="class of every server, or a list cycled over servers")
+
+    @field_validator("weights")
+    @classmethod
+    def _positive(cls, v):
+        if v is not None and any(w <= 0 for w in v):
+            raise ValueError("weights must all be > 0")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        k = self.queues
+        if self.weights is not None and len(self.weights) != k:
+            raise ValueError(f"weights needs {k} entries (one per queue), got {len(self.weights)}")
+        for dscp, cls in (self.dscp_map or {}).items():
+            if not 0 <= dscp <= 63:
+                raise ValueError(f"dscp_map key {dscp} is not a DSCP (0-63)")
+            if not 0 <= cls < k:
+                raise ValueError(f"dscp_map sends DSCP {dscp} to class {cls}; classes are 0-{k - 1}")
+        classes = self.sender_class if isinstance(self.sender_class, list) else [self.sender_class]
+        if not classes:
+            raise ValueError("sender_class list is empty")
+        for cls in classes:
+            if not 0 <= cls < k:
+                raise ValueError(f"sender_class {cls} does not exist; classes are 0-{k - 1}")
+        return self
+
+    def class_dscp(self) -> dict[int, int]:
+        """The DSCP a sender uses to land in each class (lowest DSCP mapped to it)."""
+        table = self.dscp_table()
+        out: dict[int, int] = {}
+        for dscp in range(64):
+            out.setdefault(table[dscp], dscp)
+        return out
+
+    def dscp_table(self) -> list[int]:
+        """Class of each of the 64 DSCPs (the switch's classification rule)."""
+        if self.dscp_map is not None:
+            mapping = self.dscp_map
+        else:
+            mapping = {8 * c: c for c in range(self.queues)}
+        return [mapping.get(d, 0) for d in range(64)]
+
+    def class_of_sender(self, index: int) -> int:
+        if isinstance(self.sender_class, list):
+            return self.sender_class[index % len(self.sender_class)]
+        return self.sender_class
+
+    def shares(self) -> list[float]:
+        w = self.weights or [1.0] * self.queues
+        total = sum(w)
+        return [x / total for x in w]
+
+
+class Switch(_Model):
+    """Per-port egress buffer of every switch port, in bytes or (alternatively) packets."""
+    buffer: Size | None = Field(parse_size("32KiB"), description="bytes per port, split over the class queues")
+    buffer_packets: int | None = Field(None, ge=1, le=100_000)
+    qos: QoS = QoS()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _packets_replace_bytes(cls, data: Any):
+        # Giving buffer_packets alone means "count packets, not bytes".
+        if isinstance(data, dict) and data.get("buffer_packets") is not None and "buffer" not in data:
+            data = {**data, "buffer": None}
+        return data
+
+    @model_validator(mode="after")
+    def _one_buffer(self):
+        if (self.buffer is None) == (self.buffer_packets is None):
+            raise ValueError("give exactly one of switch.buffer (bytes) and switch.buffer_packets")
+        return self
+
+    def class_limits(self, mtu: int) -> list[int]:
+        """Limit of each class queue: bytes (bfifo) or packets (pfifo)."""
+        shares = self.qos.shares()
+        if self.buffer is not None:
+            limits = [int(self.buffer * s) for s in shares]
+            frame = mtu + ETH_HLEN
+            for c, lim in enumerate(limits):
+                if lim < frame:
+                    raise ValueError(
+                        f"switch.buffer: class {c} gets {lim} B, less than one {frame} B frame; "
+                        f"use a larger buffer or fewer queues")
+            return limits
+        limits = [int(self.buffer_packets * s) for s in shares]
+        for c, lim in enumerate(limits):
+            if lim < 1:
+                raise ValueError(f"switch.buffer_packets: class {c} gets no packet; use more packets or fewer queues")
+        return limits
+
+
+class TCP(_Model):
+    """TCP profile of every host (set per network namespace)."""
+    cc: str = Field("reno", pattern=r"^[a-z0-9_]{1,16}$", description="congestion control, always set explicitly")
+    rto_min: RtoMin = 200_000
+    delayed_ack: bool = True
+    sack: bool = True
+    dupack_threshold: int = Field(3, ge=1, le=300, description="net.ipv4.tcp_reordering")
+    initcwnd: int | None = Field(None, ge=1, le=1000, description="segments; kernel default when unset")
+    slow_start_after_idle: bool = True
+
+
+class Workload(_Model):
+    """The synchronized-read workload of the incast client."""
+    kind: Literal["fixed-fragment", "fixed-block"] = "fixed-fragment"
+    sru: Size = Field(parse_size("256KiB"), description="bytes per server per block (fixed-fragment)")
+    block: Size = Field(parse_size("1MiB"), description="bytes per block split over the servers (fixed-block)")
+    blocks: int = Field(20, ge=1, le=1_000_000, description="measured blocks per repetition")
+    warmup: int = Field(2, ge=0, le=10_000, description="unmeasured blocks first")
+    repetitions: int = Field(1, ge=1, le=1000)
+    seed: int = Field(1, ge=0)
+
+    @field_validator("sru", "block")
+    @classmethod
+    def _positive(cls, v):
+        if v < 1:
+            raise ValueError("must be at least 1 byte")
+        return v
+
+    def fragments(self, senders: int) -> list[int]:
+        """Bytes each server sends per block."""
+        if self.kind == "fixed-fragment":
+            return [self.sru] * senders
+        base, extra = divmod(self.block, senders)
+        return [base + (1 if i < extra else 0) for i in range(senders)]
+
+
+class Telemetry(_Model):
+    enabled: bool = False
+    perf_buffer_pages: int = Field(4096, ge=8, le=65536, description="per-CPU perf ring for bpftrace")
+
+
+class Scenario(_Model):
+    name: str = Field("incast", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    dataplane: Literal["linux"] = "linux"
+    topology: Topology = Topology()
+    link: Link = Link()
+    switch: Switch = Switch()
+    tcp: TCP = TCP()
+    workload: Workload = Workload()
+    telemetry: Telemetry = Telemetry()
+
+    @model_validator(mode="after")
+    def _fits(self):
+        self.switch.class_limits(self.link.mtu)   # raises with a clear message
+        if self.workload.kind == "fixed-block" and self.workload.block < self.topology.senders:
+            raise ValueError("workload.block is smaller than one byte per server")
+        return self
+
+    def fragments(self) -> list[int]:
+        return self.workload.fragments(self.topology.senders)
+
+    def block_bytes(self) -> int:
+        return sum(self.fragments())
+
+    def describe(self) -> str:
+        w, s = self.workload, self.switch
+        load = (f"SRU {format_size(w.sru)}" if w.kind == "fixed-fragment"
+                else f"block {format_size(w.block)}")
+        buf = format_size(s.buffer) if s.buffer is not None else f"{s.buffer_packets}pkt"
+        rto = self.tcp.rto_min if self.tcp.rto_min == "min" else format_time_us(self.tcp.rto_min)
+        return (f"{self.topology.senders} senders, {load}, {format_rate(self.link.rate)}, "
+                f"buffer {buf}/{s.qos.queues}q, {self.tcp.cc}, rto_min {rto}")
+
+
+# Short names for the fields people change most; used by --flags, --set and sweeps.
+ALIASES = {
+    "senders": "topology.senders",
+    "sru": "workload.sru",
+    "block": "workload.block",
+    "blocks": "workload.blocks",
+    "warmup": "workload.warmup",
+    "workload": "workload.kind",
+    "repetitions": "workload.repetitions",
+    "seed": "workload.seed",
+    "link_rate": "link.rate",
+    "delay": "link.delay",
+    "buffer": "switch.buffer",
+    "buffer_packets": "switch.buffer_packets",
+    "qos_queues": "switch.qos.queues",
+    "sender_class": "switch.qos.sender_class",
+    "rto_min": "tcp.rto_min",
+    "cc": "tcp.cc",
+    "delayed_ack": "tcp.delayed_ack",
+    "sack": "tcp.sack",
+    "dupack_threshold": "tcp.dupack_threshold",
+    "initcwnd": "tcp.initcwnd",
+    "telemetry": "telemetry.enabled",
+}
+
+
+class ScenarioError(ValueError):
+    """A bad scenario: one line naming the field and what is allowed."""
+
+
+def resolve_field(name: str) -> str:
+    path = ALIASES.get(name.replace("-", "_"), name)
+    node: Any = Scenario
+    for part in path.split("."):
+        fields = getattr(node, "model_fields", None)
+        if fields is None or part not in fields:
+            known = ", ".join(sorted(ALIASES))
+            raise ScenarioError(f"{name}: no such scenario field (short names: {known})")
+        ann = fields[part].annotation
+        node = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    return path
+
+
+def _parse_cli_value(text: str):
+    """A command-line value: lists with commas, numbers/bools left to the model's coercion."""
+    if isinstance(text, str) and text.startswith("[") and text.endswith("]"):
+        inner = text[1:-1].strip()
+        return [int(x) if x.strip().lstrip("-").isdigit() else x.strip() for x in inner.split(",") if x.strip()]
+    return text
+
+
+def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
+    """Set dotted fields (or short aliases) in a raw scenario dict."""
+    data = _deep_copy(data)
+    for name, value in overrides.items():
+        path = resolve_field(name).split(".")
+        node = data
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ScenarioError(f"{name}: cannot set inside a non-table value")
+        if path[-1] == "buffer_packets" and path[:-1] == ["switch"]:
+            node.pop("buffer", None)
+        if path[-1] == "buffer" and path[:-1] == ["switch"]:
+            node.pop("buffer_packets", None)
+        node[path[-1]] = _parse_cli_value(value)
+    return data
+
+
+def _deep_copy(d):
+    if isinstance(d, dict):
+        return {k: _deep_copy(v) for k, v in d.items()}
+    if isinstance(d, list):
+        return [_deep_copy(v) for v in d]
+    return d
+
+
+def format_validation_error(err: ValidationError) -> str:
+    """The first problem as one line: 'field: what is wrong (got X)'."""
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith(("function-", "int", "literal", "union")))
+    msg = e["msg"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    got = e.get("input")
+    show_got = e["type"] not in ("value_error", "missing") and not isinstance(got, dict)
+    line = f"{loc}: {msg}" if loc else msg
+    if show_got:
+        line += f" (got {got!r})"
+    more = len(err.errors()) - 1
+    if more:
+        line += f" [+{more} more problem{'s' if more > 1 else ''}]"
+    return line
+
+
+def load_file(path: str | Path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError(f"{path}: no such scenario file")
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{path}: not valid TOML: {e}") from None
+    data.pop("sweep", None)  # a sweep file's grid is read by the sweep driver
+    return data
+
+
+def build(data: dict | None = None, overrides: dict[str, Any] | None = None) -> Scenario:
+    """Validate raw data (+ overrides) into a Scenario, or raise ScenarioError."""
+    data = apply_overrides(data or {}, overrides or {})
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as e:
+        raise ScenarioError(format_validation_error(e)) from None
+
+
+def to_toml(scenario: Scenario) -> str:
+    """The resolved scenario as TOML, in canonical units (bytes, bit/s, µs)."""
+    def emit(prefix: str, d: dict, out: list[str]):
+        scalars = {k: v for k, v in d.items() if not isinstance(v, dict)}
+        tables = {k: v for k, v in d.items() if isinstance(v, dict) and k != "dscp_map"}
+        if prefix:
+            out.append(f"\n[{prefix}]")
+        for k, v in scalars.items():
+            if v is None:
+                continue
+            out.append(f"{k} = {_toml_value(v)}")
+        if "dscp_map" in d and d["dscp_map"] is not None:
+            out.append("dscp_map = { " + ", ".join(f"{k} = {v}" for k, v in d["dscp_map"].items()) + " }")
+        for k, v in tables.items():
+            emit(f"{prefix}.{k}" if prefix else k, v, out)
+    out: list[str] = ["# resolved scenario: sizes in bytes, rates in bit/s, times in µs"]
+    emit("", scenario.model_dump(), out)
+    return "\n".join(out) + "\n"
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return repr(v)

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Install everything the testbed needs on Debian 12, as root. Idempotent.
+#   - Debian packages: Mininet, iproute2/tc, ethtool, bpftrace, Python libraries
+#   - a venv (/opt/incast/venv) on Debian's python3 that also sees apt's python3-*
+#     packages, with the pinned extras from requirements.txt and this checkout
+#     installed in editable mode
+#   - /usr/local/bin/incast
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+venv=${INCAST_VENV:-/opt/incast/venv}
+
+[ "$(id -u)" = 0 ] || { echo "setup: run as root" >&2; exit 2; }
+
+apt_packages=(
+  mininet iproute2 ethtool bridge-utils iputils-ping net-tools procps psmisc kmod
+  bpftrace tcpdump
+  python3 python3-venv python3-pip python3-scapy python3-matplotlib python3-pandas
+  python3-numpy python3-pytest python3-tqdm
+)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# tracefs is where bpftrace finds the tracepoints; some minimal systems do not mount it.
+if [ ! -d /sys/kernel/tracing/events ] && [ ! -d /sys/kernel/debug/tracing/events ]; then
+  mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+fi
+
+stamp="$venv/.incast-requirements"
+if [ ! -x "$venv/bin/python" ] || ! cmp -s "$here/requirements.txt" "$stamp"; then
+  echo "setup: creating $venv"
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/requirements.txt"
+  cp "$here/requirements.txt" "$stamp"
+fi
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$here"
+ln -sf "$venv/bin/incast" /usr/local/bin/incast
+echo "setup: ok ($(incast probe | head -1))"
