@@ -1,0 +1,130 @@
+"""Pictures: goodput vs senders for sweeps, queue occupancy over time for a run."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+SUMMARY_COLUMNS = {"goodput_mbps", "link_mbps", "senders", "blocks", "block_ms_p50", "block_ms_p99",
+                   "block_ms_max", "timeouts", "retransmits", "drops", "bottleneck_drops",
+                   "max_queue_bytes", "telemetry_records", "telemetry_lost", "dataplane", "cc",
+                   "rto_min_us", "rto_floor_us", "bottleneck_port", "build_s", "repetitions",
+                   "run_dir", "error"}
+
+
+def plot_sweep(table: pd.DataFrame, out: Path, title: str = "") -> Path:
+    """Goodput vs number of senders, one line per combination of the other grid axes
+    (the style of SIGCOMM'09 Figure 1)."""
+    ok = table[table["goodput_mbps"].notna()] if "goodput_mbps" in table else table.iloc[0:0]
+    axes = [c for c in table.columns if c not in SUMMARY_COLUMNS]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    groups = ok.groupby(axes, dropna=False) if axes else [((), ok)]
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        label = ", ".join(f"{a}={_pretty(a, v, g)}" for a, v in zip(axes, key)) or "goodput"
+        mean = g.groupby("senders")["goodput_mbps"].agg(["mean", "min", "max"]).sort_index()
+        ax.errorbar(mean.index, mean["mean"], yerr=[mean["mean"] - mean["min"], mean["max"] - mean["mean"]],
+                    marker="o", capsize=3, label=label)
+    if len(ok):
+        link = float(ok["link_mbps"].iloc[0])
+        ax.axhline(link * 1448 / 1538, color="grey", ls=":", lw=1, label="payload limit")
+        ax.set_ylim(0, link * 1.02)
+    ax.set_xlabel("number of servers")
+    ax.set_ylabel("goodput (Mbit/s)")
+    ax.set_title(title or "incast goodput")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def _pretty(axis: str, value, group: pd.DataFrame) -> str:
+    if axis == "rto_min" and "rto_floor_us" in group and str(value) == "min":
+        floor = group["rto_floor_us"].dropna()
+        if len(floor):
+            return f"min (≥{floor.iloc[0] / 1000:g} ms)"
+    return str(value)
+
+
+def idle_gaps(enqueues_us: np.ndarray, blocks: pd.DataFrame, min_gap_us: float) -> list[tuple[float, float]]:
+    """Spans inside blocks where nothing entered the bottleneck queue for min_gap_us:
+    the servers are waiting for a retransmission timeout."""
+    gaps = []
+    for b in blocks.itertuples():
+        t = enqueues_us[(enqueues_us >= b.start_us) & (enqueues_us <= b.end_us)]
+        t = np.concatenate(([b.start_us], t, [b.end_us]))
+        d = np.diff(t)
+        for i in np.nonzero(d >= min_gap_us)[0]:
+            gaps.append((float(t[i]), float(t[i + 1])))
+    return gaps
+
+
+def plot_queue(run_dir: Path, port: str | None = None, out: Path | None = None) -> Path:
+    run_dir = Path(run_dir)
+    tele_path = run_dir / "telemetry.parquet"
+    if not tele_path.is_file():
+        raise FileNotFoundError(f"{run_dir}: no telemetry.parquet (run with --telemetry)")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    tele = pd.read_parquet(tele_path)
+    blocks = pd.read_parquet(run_dir / "blocks.parquet")
+    queues = pd.read_parquet(run_dir / "queues.parquet")
+    port = port or summary["bottleneck_port"]
+    if port not in set(tele["port"].astype(str)):
+        known = ", ".join(sorted(set(tele["port"].astype(str))))
+        raise ValueError(f"port {port!r} has no telemetry (ports: {known})")
+    t = tele[(tele["port"] == port) & (tele["time_us"] >= 0)]
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    ms = t["time_us"] / 1000
+    occ = t[t["event"] != "drop"]
+    for q, g in occ.groupby("queue"):
+        ax.step(g["time_us"] / 1000, g["bytes"] / 1024, where="post", lw=0.7, label=f"queue {q}")
+    limits = queues[queues["port"] == port].drop_duplicates("queue")
+    for row in limits.itertuples():
+        if row.limit_unit == "bytes":
+            ax.axhline(row.limit / 1024, color="red", ls="--", lw=0.8,
+                       label="buffer limit" if row.queue == limits["queue"].min() else None)
+    drops = t[t["event"] == "drop"]
+    if len(drops):
+        top = max(occ["bytes"].max() if len(occ) else 0, limits["limit"].max()) / 1024
+        ax.plot(drops["time_us"] / 1000, np.full(len(drops), top * 1.04), "rx", ms=4,
+                label=f"drop ({len(drops)})")
+    for end in blocks["end_us"] / 1000:
+        ax.axvline(end, color="grey", lw=0.5, alpha=0.6)
+    gap_us = max(1000.0, summary.get("rto_floor_us", 200000) / 4)
+    enq = t.loc[t["event"] == "enqueue", "time_us"].to_numpy()
+    for i, (a, b) in enumerate(idle_gaps(enq, blocks, gap_us)):
+        ax.axvspan(a / 1000, b / 1000, color="orange", alpha=0.25,
+                   label="idle: waiting for a timeout" if i == 0 else None)
+    ax.set_xlim(0, float(blocks["end_us"].max()) / 1000 if len(blocks) else float(ms.max()))
+    ax.set_xlabel("time since the first measured block (ms); grey lines: block ends")
+    ax.set_ylabel("queue occupancy (KiB)")
+    ax.set_title(f"{port}: {summary['senders']} senders, goodput {summary['goodput_mbps']:.0f} Mbit/s, "
+                 f"{summary['timeouts']} timeouts, {summary['drops']} drops")
+    ax.legend(loc="upper right", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = Path(out) if out else run_dir / "queue.png"
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def cmd_telemetry(args) -> int:
+    from .scenario import ScenarioError
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "summary.json").is_file():
+        raise ScenarioError(f"{run_dir}: not a complete run directory (no summary.json)")
+    try:
+        out = plot_queue(run_dir, args.port, Path(args.out) if args.out else None)
+    except (FileNotFoundError, ValueError) as e:
+        raise ScenarioError(str(e)) from None
+    print(out)
+    return 0

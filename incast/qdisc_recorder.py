@@ -1,0 +1,228 @@
+"""Queue telemetry with a compiled recorder: libbpf CO-RE program + BPF ring buffer.
+
+Drop-in replacement for :class:`incast.telemetry.QdiscTracer` (same constructor, same
+``start``/``stop``, same table; see the schema in :mod:`incast.telemetry`). The probes
+and their semantics are those of the bpftrace program, but the kernel side writes
+fixed-size binary records (layout: ``incast/bpf/qdisc_trace.h``, mirrored here as
+:data:`RECORD_DTYPE`) and the userspace loader (``build/bpf/qdisc-trace``, built by
+``scripts/build-bpf.sh``) only copies them to a file. Nothing is formatted while the
+experiment runs, so recording does not compete with packet processing for the CPU.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .telemetry import EVENTS, TelemetryResult, _ip_key, _typed, empty_table
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BINARY = REPO_ROOT / "build" / "bpf" / "qdisc-trace"
+MAX_BULK = 16           # QT_MAX_BULK in qdisc_trace.h
+PAGE = 4096
+
+# One record, exactly struct qt_record of incast/bpf/qdisc_trace.h (56 bytes, LE).
+RECORD_DTYPE = np.dtype([
+    ("ts_ns", "<u8"),           # bpf_ktime_get_ns (CLOCK_MONOTONIC)
+    ("sojourn_ns", "<u8"),      # dequeue only, else 0
+    ("ifindex", "<u4"),
+    ("packets", "<i4"),         # class queue after the event
+    ("bytes", "<i4"),
+    ("port_packets", "<u4"),    # root qdisc q.qlen
+    ("port_bytes", "<u4"),      # root qdisc qstats.backlog
+    ("pkt_len", "<u4"),         # skb->len
+    ("saddr", "<u4"),           # IPv4 header bytes read as a little-endian u32; 0 if not IPv4
+    ("daddr", "<u4"),
+    ("kind", "u1"),             # b'E', b'D', b'X'
+    ("queue", "u1"),
+    ("pad0", "<u2"),
+    ("pad1", "<u4"),
+])
+assert RECORD_DTYPE.itemsize == 56
+
+
+def recorder_binary() -> Path | None:
+    """The built loader (build/bpf/qdisc-trace), or None if scripts/build-bpf.sh has not
+    been run. INCAST_QDISC_TRACE overrides the location."""
+    path = Path(os.environ.get("INCAST_QDISC_TRACE", BINARY))
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def ringbuf_mb(perf_pages: int, cpus: int | None = None) -> int:
+    """Ring buffer size for a bpftrace perf_pages setting: at least what bpftrace's per-CPU
+    buffers hold together, at least 64 MiB, a power of two, at most 1 GiB."""
+    cpus = cpus or os.cpu_count() or 1
+    want = max(64, -(-perf_pages * PAGE * cpus // (1 << 20)))
+    mb = 1
+    while mb < want:
+        mb <<= 1
+    return min(mb, 1024)
+
+
+def decode_records(rec: np.ndarray, t0_ns: int, ports: dict[int, tuple[str, str]],
+                   host_of_ip: dict[str, str]) -> pd.DataFrame:
+    """Binary records (RECORD_DTYPE) -> the telemetry table, as telemetry.decode_raw makes it."""
+    if len(rec) == 0:
+        return empty_table()
+    rec = rec[np.argsort(rec["ts_ns"], kind="stable")]
+    kind = rec["kind"]
+
+    # Flow names per distinct (saddr, daddr) pair, then spread to the rows.
+    names = {_ip_key(ip): h for ip, h in host_of_ip.items()}
+    pair = (rec["saddr"].astype(np.uint64) << np.uint64(32)) | rec["daddr"].astype(np.uint64)
+    upair, inv = np.unique(pair, return_inverse=True)
+    flow_names = np.array(
+        ["-" if (p >> 32) == 0 else
+         f"{names.get(int(p >> 32), '?')}>{names.get(int(p & 0xFFFFFFFF), '?')}"
+         for p in upair.tolist()], dtype=object)
+
+    uif, if_inv = np.unique(rec["ifindex"], return_inverse=True)
+    known = [ports.get(int(i), ("?", f"if{int(i)}")) for i in uif]
+    switch = np.array([k[0] for k in known], dtype=object)[if_inv]
+    port = np.array([k[1] for k in known], dtype=object)[if_inv]
+
+    ukind, k_inv = np.unique(kind, return_inverse=True)
+    event = np.array([EVENTS.get(chr(k), np.nan) for k in ukind], dtype=object)[k_inv]
+
+    df = pd.DataFrame({
+        "time_us": (rec["ts_ns"].astype(np.int64) - t0_ns) / 1000.0,
+        "switch": switch,
+        "port": port,
+        "queue": rec["queue"],
+        "event": event,
+        "packets": rec["packets"],
+        "bytes": rec["bytes"],
+        "sojourn_us": np.where(kind == ord("D"), rec["sojourn_ns"] / 1000.0, np.nan),
+        "flow": flow_names[inv],
+        "pkt_len": rec["pkt_len"],
+        "port_packets": rec["port_packets"],
+        "port_bytes": rec["port_bytes"],
+    })
+    return _typed(df)
+
+
+def read_records(path: Path) -> np.ndarray:
+    """The complete records of a raw file (a torn tail, if any, is ignored)."""
+    size = Path(path).stat().st_size
+    return np.fromfile(path, dtype=RECORD_DTYPE, count=size // RECORD_DTYPE.itemsize)
+
+
+class QdiscRecorder:
+    """Records the switch ports' qdisc events with the compiled recorder while a run goes on.
+
+    Same interface as incast.telemetry.QdiscTracer."""
+
+    def __init__(self, run_dir: Path, netns_inode: int, ports: dict[int, tuple[str, str]],
+                 dscp_table: list[int], drop_reasons: dict[str, int], host_of_ip: dict[str, str],
+                 perf_pages: int = 4096):
+        self.run_dir = Path(run_dir)
+        self.inode = netns_inode
+        self.ports = ports                  # ifindex -> (switch, port name)
+        self.host_of_ip = host_of_ip
+        if len(dscp_table) != 64:
+            raise ValueError(f"dscp_table needs 64 entries, got {len(dscp_table)}")
+        self.dscp_table = [int(c) for c in dscp_table]
+        self.reasons = sorted(set(drop_reasons.values()))
+        if not self.reasons:
+            raise ValueError("no qdisc drop reasons known for skb:kfree_skb")
+        self.ringbuf_mb = ringbuf_mb(perf_pages)
+        self.raw_path = self.run_dir / "telemetry.raw.bin"
+        self.proc: subprocess.Popen | None = None
+        self.mode: str | None = None        # "tp_btf" or "tracepoint" once attached
+        self._lines: list[str] = []
+        self._stderr = b""
+        self._ready = threading.Event()     # READY seen, or stdout closed
+        self._reader: threading.Thread | None = None
+        self._err_reader: threading.Thread | None = None
+
+    def command(self, binary: Path) -> list[str]:
+        return [str(binary), "--netns-inode", str(self.inode),
+                "--dscp-table", ",".join(map(str, self.dscp_table)),
+                "--drop-reasons", ",".join(map(str, self.reasons)),
+                "--out", str(self.raw_path), "--ringbuf-mb", str(self.ringbuf_mb)]
+
+    def start(self, timeout: float = 60.0) -> None:
+        binary = recorder_binary()
+        if binary is None:
+            raise RuntimeError(f"telemetry: the recorder is not built ({BINARY} is missing): "
+                               "run scripts/build-bpf.sh")
+        self.proc = subprocess.Popen(self.command(binary), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
+        self._err_reader = threading.Thread(target=self._pump_err, daemon=True)
+        self._err_reader.start()
+        if not self._ready.wait(timeout) or "READY" not in self._lines:
+            self.proc.kill()
+            self.proc.wait()
+            self._reader.join(5)
+            self._err_reader.join(5)
+            self.raw_path.unlink(missing_ok=True)
+            raise RuntimeError(f"telemetry: the recorder did not attach: {self._error_line()}")
+
+    def _pump(self) -> None:
+        for raw in self.proc.stdout:
+            line = raw.decode(errors="replace").strip()
+            self._lines.append(line)
+            if line.startswith("ATTACHED "):
+                self.mode = line.split()[1]
+            elif line == "READY":
+                self._ready.set()
+        self._ready.set()
+
+    def _pump_err(self) -> None:
+        self._stderr = self.proc.stderr.read()
+
+    def _error_line(self) -> str:
+        err = self._stderr.decode(errors="replace").strip().splitlines()
+        line = next((ln for ln in reversed(err) if "error:" in ln), err[-1] if err else None)
+        if line is None:
+            rc = self.proc.returncode if self.proc else None
+            return f"no output (exit status {rc})" if rc is not None else "no READY in time"
+        return line.replace("qdisc-trace: error: ", "")
+
+    def _value(self, key: str) -> list[int] | None:
+        for line in reversed(self._lines):
+            parts = line.split()
+            if parts and parts[0] == key:
+                return [int(x) for x in parts[1:]]
+        return None
+
+    def stop(self, t0_ns: int) -> TelemetryResult:
+        self.proc.send_signal(signal.SIGINT)   # the loader detaches, drains and reports
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join()
+        self._err_reader.join()
+        lost = self._value("LOST")
+        records = self._value("RECORDS")
+        if self.proc.returncode != 0 or lost is None or records is None:
+            raise RuntimeError(f"telemetry: the recorder failed: {self._error_line()}")
+        notes = []
+        trunc = self._value("TRUNCATED") or [0, 0]
+        if trunc[0]:
+            notes.append(f"{trunc[0]} dequeue chains longer than {MAX_BULK} packets: "
+                         f"their tail packets' dequeues are missing ({trunc[1]} records)")
+        untracked = (self._value("UNTRACKED") or [0])[0]
+        if untracked:
+            notes.append(f"{untracked} enqueued packets did not fit in the recorder's skb map: "
+                         "their dequeues are missing and queue occupancy drifts")
+        fallback = [ln for ln in self._stderr.decode(errors="replace").splitlines()
+                    if "falling back" in ln]
+        if fallback:
+            notes.append("telemetry: " + fallback[-1].replace("qdisc-trace: ", ""))
+        rec = read_records(self.raw_path)
+        if len(rec) != records[0]:
+            notes.append(f"telemetry: the recorder reported {records[0]} records, "
+                         f"the file holds {len(rec)}")
+        table = decode_records(rec, t0_ns, self.ports, self.host_of_ip)
+        self.raw_path.unlink()
+        return TelemetryResult(table=table, lost=lost[0], notes=notes)

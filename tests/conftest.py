@@ -1,0 +1,48 @@
+"""Shared fixtures. Tests that build networks need root; each run makes uniquely named
+namespaces (incast-<token>) and the fixtures check that none is left behind."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def incast_cmd(*args, check=False, timeout=900):
+    """Run the CLI as users do (a fresh process), returning the CompletedProcess."""
+    return subprocess.run([sys.executable, "-m", "incast", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, check=check)
+
+
+def run_json(*args, **kw) -> dict:
+    r = incast_cmd("run", *args, "--json", **kw)
+    assert r.returncode == 0, f"incast run failed ({r.returncode}): {r.stderr.strip()[-2000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def our_netns() -> set[str]:
+    d = Path("/run/netns")
+    return {p.name for p in d.iterdir() if p.name.startswith("incast-")} if d.is_dir() else set()
+
+
+def our_state() -> set[str]:
+    d = Path("/run/incast")
+    return {p.name for p in d.iterdir()} if d.is_dir() else set()
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="builds network namespaces: run as root")
+
+
+@pytest.fixture
+def no_leftovers():
+    """Fails the test if it leaves namespaces or run state behind; cleans them anyway."""
+    before_ns, before_state = our_netns(), our_state()
+    yield
+    left_ns, left_state = our_netns() - before_ns, our_state() - before_state
+    if left_ns or left_state:
+        incast_cmd("cleanup")
+    assert not left_ns, f"namespaces left behind: {sorted(left_ns)}"
+    assert not left_state, f"run state left behind: {sorted(left_state)}"

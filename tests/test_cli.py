@@ -1,0 +1,131 @@
+"""Bad input: one clear line, exit status 2, nothing created. Kill -9: cleanup works."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, incast_cmd, needs_root, our_netns, our_state, run_json
+
+BAD_RUNS = [
+    (["--senders", "0"], "topology.senders"),
+    (["--senders", "lots"], "topology.senders"),
+    (["--buffer", "32XB"], "switch.buffer"),
+    (["--buffer", "100"], "switch.buffer"),
+    (["--qos-queues", "9"], "switch.qos.queues"),
+    (["--rto-min", "fast"], "tcp.rto_min"),
+    (["--delayed-ack", "perhaps"], "tcp.delayed_ack"),
+    (["--link-rate", "1G"], "link.rate"),
+    (["--workload", "random"], "workload.kind"),
+    (["--cc", "no_such_cc"], "no_such_cc"),              # refused by the kernel probe
+    (["--set", "switch.colour=red"], "switch.colour"),
+    (["--set", "senders"], "FIELD=VALUE"),
+    (["--bogus-flag", "1"], "unrecognized arguments"),
+    (["missing-file.toml"], "no such scenario file"),
+]
+
+
+@needs_root
+@pytest.mark.parametrize("args,needle", BAD_RUNS)
+def test_bad_input_exits_2_with_one_line(args, needle, tmp_path, no_leftovers):
+    out = tmp_path / "run"
+    r = incast_cmd("run", *args, "--out", out)
+    assert r.returncode in (2, 3), r.stderr
+    if needle != "no_such_cc":
+        assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert needle in lines[0]
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+@needs_root
+def test_bad_sweep_grid_exits_2(tmp_path, no_leftovers):
+    r = incast_cmd("sweep", "--grid", "senders=1,0", "--out", tmp_path / "sw")
+    assert r.returncode == 2 and "senders=0" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = incast_cmd("sweep", "--grid", "nonsense=1", "--out", tmp_path / "sw")
+    assert r.returncode == 2 and "nonsense" in r.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_telemetry_of_a_non_run_exits_2(tmp_path):
+    r = incast_cmd("telemetry", tmp_path)
+    assert r.returncode == 2 and "not a complete run directory" in r.stderr
+
+
+@needs_root
+def test_existing_out_is_refused(tmp_path, no_leftovers):
+    r = incast_cmd("run", "--out", tmp_path)
+    assert r.returncode == 2 and "exists" in r.stderr
+
+
+@needs_root
+def test_sigkill_leaves_state_that_cleanup_removes(tmp_path):
+    before = our_netns()
+    proc = subprocess.Popen([sys.executable, "-m", "incast", "run", "--senders", "8", "--blocks", "100000",
+                             "-v", "--out", str(tmp_path / "killed")], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # The run says when its network is built; kill it then, mid-experiment.
+        for line in proc.stderr:
+            if "network of" in line:
+                break
+        else:
+            pytest.fail("the run never built its network")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        left = our_netns() - before
+        assert left, "a killed run should leave its namespaces (that is what cleanup is for)"
+        assert any(n.count("-") == 1 for n in left)   # the world namespace
+        assert (tmp_path / ".killed.incomplete").is_dir() and not (tmp_path / "killed").exists()
+    finally:
+        r = incast_cmd("cleanup")
+    assert r.returncode == 0 and "removed incast-" in r.stdout
+    assert not (our_netns() - before)
+    leftover_procs = subprocess.run(["pgrep", "-f", "incast_server.py"], capture_output=True, text=True).stdout
+    assert not leftover_procs.strip() or all(
+        b"INCAST_RUN" not in Path(f"/proc/{p}/environ").read_bytes() for p in leftover_procs.split()
+        if Path(f"/proc/{p}").exists())
+    summary = run_json("--senders", "2", "--blocks", "3", "--out", tmp_path / "after")
+    assert summary["goodput_mbps"] > 0
+
+
+@needs_root
+def test_sigterm_tears_down(tmp_path):
+    before = our_netns()
+    proc = subprocess.Popen([sys.executable, "-m", "incast", "run", "--senders", "4", "--blocks", "100000",
+                             "-v", "--out", str(tmp_path / "term")], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if "network of" in line:
+            break
+    proc.terminate()
+    assert proc.wait(timeout=60) != 0
+    assert not (our_netns() - before)
+    assert not (tmp_path / "term").exists()
+
+
+@needs_root
+def test_run_json_and_tables(tmp_path, no_leftovers):
+    import pandas as pd
+    out = tmp_path / "r"
+    s = run_json("--senders", "2", "--blocks", "5", "--sru", "64KiB", "--out", out)
+    for field in ("goodput_mbps", "link_mbps", "senders", "blocks", "block_ms_p50", "block_ms_p99",
+                  "block_ms_max", "timeouts", "retransmits", "drops", "max_queue_bytes",
+                  "telemetry_records", "telemetry_lost"):
+        assert field in s
+    assert s["senders"] == 2 and s["blocks"] == 5
+    blocks = pd.read_parquet(out / "blocks.parquet")
+    assert len(blocks) == 5 and (blocks["bytes"] == 2 * 65536).all()
+    flows = pd.read_parquet(out / "flows.parquet")
+    assert sorted(flows["server"]) == ["server1", "server2"]
+    assert (flows["bytes_acked"] >= 7 * 65536).all()     # 2 warm-up + 5 measured fragments
+    counters = pd.read_parquet(out / "counters.parquet")
+    assert set(counters["host"]) == {"client", "server1", "server2"}
+    env = json.loads((out / "environment.json").read_text())
+    assert env["hz"] > 0 and env["rto_floor_us"] >= env["rto_min_us"]
+    assert "rate 1000000000bit" in (out / "switch.tc").read_text()

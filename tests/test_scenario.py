@@ -1,0 +1,108 @@
+import pytest
+
+from incast import scenario as scn
+from incast.scenario import ScenarioError, build
+
+
+def test_defaults_follow_the_papers():
+    s = build()
+    assert s.workload.kind == "fixed-fragment"
+    assert s.workload.sru == 256 * 1024
+    assert s.switch.buffer == 32 * 1024
+    assert s.tcp.rto_min == 200_000
+    assert s.tcp.cc == "reno"
+    assert s.link.rate == 10**9
+
+
+def test_aliases_and_units():
+    s = build({}, {"senders": "16", "buffer": "64KiB", "rto_min": "200us", "link_rate": "100Mbit",
+                   "delayed_ack": "off", "cc": "cubic"})
+    assert s.topology.senders == 16
+    assert s.switch.buffer == 65536
+    assert s.tcp.rto_min == 200
+    assert s.link.rate == 10**8
+    assert s.tcp.delayed_ack is False
+    assert s.tcp.cc == "cubic"
+
+
+def test_rto_min_keyword():
+    assert build({}, {"rto_min": "min"}).tcp.rto_min == "min"
+
+
+def test_fragments():
+    ff = build({}, {"senders": "4", "sru": "100KB"})
+    assert ff.fragments() == [100_000] * 4
+    fb = build({}, {"senders": "3", "workload": "fixed-block", "block": "1000"})
+    assert fb.fragments() == [334, 333, 333]
+    assert fb.block_bytes() == 1000
+
+
+def test_file_then_flags(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('name = "lab1"\n[topology]\nsenders = 8\n[switch]\nbuffer = "64KiB"\n[sweep]\nsenders = [1, 2]\n')
+    s = build(scn.load_file(f), {"senders": "4"})
+    assert s.name == "lab1" and s.topology.senders == 4 and s.switch.buffer == 65536
+
+
+def test_buffer_packets_replaces_bytes():
+    s = build({}, {"buffer_packets": "20"})
+    assert s.switch.buffer is None and s.switch.buffer_packets == 20
+    assert s.switch.class_limits(1500) == [20]
+
+
+def test_qos_partitioning():
+    s = build({}, {"qos_queues": "4", "buffer": "64KiB"})
+    assert s.switch.class_limits(1500) == [16384] * 4
+    assert s.switch.qos.dscp_table()[8] == 1 and s.switch.qos.dscp_table()[0] == 0
+    assert s.switch.qos.class_dscp() == {0: 0, 1: 8, 2: 16, 3: 24}
+    w = build({}, {"qos_queues": "2", "buffer": "60000", "switch.qos.weights": "[2,1]"})
+    assert w.switch.class_limits(1500) == [40000, 20000]
+    cyc = build({}, {"qos_queues": "2", "sender_class": "[0,1]"})
+    assert [cyc.switch.qos.class_of_sender(i) for i in range(4)] == [0, 1, 0, 1]
+
+
+def test_resolved_toml_round_trips():
+    import tomllib
+    s = build({"switch": {"qos": {"queues": 2, "dscp_map": {"10": 1}}}}, {"senders": "8", "rto_min": "min"})
+    again = build(tomllib.loads(scn.to_toml(s)))
+    assert again == s
+
+
+@pytest.mark.parametrize("overrides,field", [
+    ({"senders": "0"}, "topology.senders"),
+    ({"senders": "many"}, "topology.senders"),
+    ({"buffer": "12XB"}, "switch.buffer"),
+    ({"buffer": "1000"}, "switch.buffer"),              # less than one frame
+    ({"qos_queues": "9"}, "switch.qos.queues"),
+    ({"qos_queues": "8", "buffer": "8KiB"}, "class"),   # a class below one frame
+    ({"sender_class": "3"}, "sender_class"),
+    ({"rto_min": "0us"}, "tcp.rto_min"),
+    ({"rto_min": "fast"}, "tcp.rto_min"),
+    ({"cc": "Reno!"}, "tcp.cc"),
+    ({"delayed_ack": "maybe"}, "tcp.delayed_ack"),
+    ({"workload": "variable"}, "workload.kind"),
+    ({"link_rate": "0bit"}, "link.rate"),
+    ({"switch.qos.weights": "[1,2]"}, "weights"),
+    ({"link.jitter": "10us"}, "jitter"),
+    ({"no_such_field": "1"}, "no_such_field"),
+])
+def test_bad_values_name_the_field(overrides, field):
+    with pytest.raises(ScenarioError) as e:
+        build({}, overrides)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert field in msg
+
+
+def test_unknown_table_key_is_refused():
+    with pytest.raises(ScenarioError, match="topology.color"):
+        build({"topology": {"color": "red"}})
+
+
+def test_bad_toml(tmp_path):
+    f = tmp_path / "bad.toml"
+    f.write_text("senders = = 3")
+    with pytest.raises(ScenarioError, match="not valid TOML"):
+        scn.load_file(f)
+    with pytest.raises(ScenarioError, match="no such scenario file"):
+        scn.load_file(tmp_path / "missing.toml")

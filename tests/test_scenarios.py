@@ -1,0 +1,76 @@
+"""The papers' claims, reproduced at small scale on the linux data plane.
+
+Each run takes seconds; runs shared by several claims are measured once per session.
+Setting: 1 Gbit/s links, fixed-fragment reads of 256 KiB per server (FAST'08, WREN'09),
+32 KiB per-port buffers, Reno, RTOmin 200 ms unless a claim varies one of them.
+"""
+import functools
+
+import pytest
+
+from conftest import needs_root, run_json
+
+pytestmark = [needs_root, pytest.mark.network, pytest.mark.scenario]
+
+BASE = {"--link-rate": "1Gbit", "--buffer": "32KiB", "--sru": "256KiB", "--cc": "reno",
+        "--rto-min": "200ms", "--blocks": "30", "--warmup": "2"}
+
+
+@functools.lru_cache(maxsize=None)
+def _measure(key: tuple, out_root: str) -> dict:
+    args = dict(BASE)
+    args.update(dict(key))
+    flat = [x for kv in args.items() for x in kv]
+    name = "_".join(f"{k[2:]}{v}" for k, v in key)
+    return run_json(*flat, "--out", f"{out_root}/{name}")
+
+
+@pytest.fixture(scope="module")
+def measure(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("scenarios"))
+
+    def m(**kw):
+        key = tuple(sorted((f"--{k.replace('_', '-')}", str(v)) for k, v in kw.items()))
+        return _measure(key, root)
+    return m
+
+
+def onset(measure, senders_range, **kw) -> int:
+    """The first number of servers at which goodput falls below half the link."""
+    for n in senders_range:
+        s = measure(senders=n, **kw)
+        if s["goodput_mbps"] < 0.5 * s["link_mbps"]:
+            return n
+    return max(senders_range) + 1
+
+
+def test_collapse_with_200ms_rto(measure):
+    one, sixteen = measure(senders=1), measure(senders=16)
+    assert one["goodput_mbps"] > 0.85 * one["link_mbps"], one
+    assert sixteen["goodput_mbps"] < 0.30 * one["goodput_mbps"], (one, sixteen)
+    assert sixteen["timeouts"] > 0 and sixteen["bottleneck_drops"] > 0
+
+
+def test_recovery_with_lowest_rto_min(measure):
+    slow, fast = measure(senders=16), measure(senders=16, rto_min="min")
+    assert fast["rto_min_us"] < slow["rto_min_us"]
+    assert fast["goodput_mbps"] >= 3 * slow["goodput_mbps"], (slow, fast)
+
+
+def test_doubling_the_buffer_delays_the_collapse(measure):
+    small = onset(measure, range(2, 17), buffer="32KiB")
+    large = onset(measure, range(2, 17), buffer="64KiB")
+    assert large > small, f"onset {small} servers at 32 KiB, {large} at 64 KiB"
+
+
+def test_larger_sru_raises_goodput(measure):
+    small = measure(senders=16, sru="64KiB")
+    large = measure(senders=16, sru="1MiB", blocks=10)
+    assert small["timeouts"] > 0
+    assert large["goodput_mbps"] > 1.5 * small["goodput_mbps"], (small, large)
+
+
+def test_qos_partitioning_collapses_earlier(measure):
+    one_queue = onset(measure, range(2, 17), buffer="64KiB", qos_queues=1)
+    four_queues = onset(measure, range(2, 17), buffer="64KiB", qos_queues=4)
+    assert four_queues < one_queue, f"onset {four_queues} servers with 4 queues, {one_queue} with 1"

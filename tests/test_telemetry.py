@@ -1,0 +1,59 @@
+"""Queue telemetry on a collapsing run: bounded by the buffer, drops match the kernel."""
+import pandas as pd
+import pytest
+
+from conftest import needs_root, run_json
+
+pytestmark = [needs_root, pytest.mark.network]
+
+
+@pytest.fixture(scope="module")
+def collapsing_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("telemetry") / "run"
+    summary = run_json("--senders", "12", "--buffer", "32KiB", "--blocks", "8", "--rto-min", "200ms",
+                       "--cc", "reno", "--telemetry", "--out", out)
+    return out, summary
+
+
+def test_occupancy_reaches_the_limit_and_never_exceeds_it(collapsing_run):
+    out, summary = collapsing_run
+    tele = pd.read_parquet(out / "telemetry.parquet")
+    port = summary["bottleneck_port"]
+    q = tele[(tele["port"] == port) & (tele["event"] != "drop")]
+    limit = 32 * 1024
+    assert q["bytes"].max() <= limit
+    assert q["bytes"].max() >= limit - 1514          # full: no room for another frame
+    assert summary["max_queue_bytes"] == tele.loc[tele["event"] != "drop", "bytes"].max()
+    # One class queue: its occupancy is the port's, which the kernel reports itself.
+    assert (q["bytes"] == q["port_bytes"]).all() and (q["packets"] == q["port_packets"]).all()
+    assert summary["telemetry_lost"] == 0
+
+
+def test_drops_in_telemetry_equal_the_queue_counter(collapsing_run):
+    out, summary = collapsing_run
+    tele = pd.read_parquet(out / "telemetry.parquet")
+    queues = pd.read_parquet(out / "queues.parquet")
+    port = summary["bottleneck_port"]
+    measured = tele[(tele["time_us"] >= 0) & (tele["port"] == port) & (tele["event"] == "drop")]
+    counter = int(queues.loc[queues["port"] == port, "drops"].sum())
+    assert counter > 0
+    assert len(measured) == counter
+
+
+def test_every_dequeue_has_a_sojourn_and_flows_are_named(collapsing_run):
+    out, summary = collapsing_run
+    tele = pd.read_parquet(out / "telemetry.parquet")
+    deq = tele[tele["event"] == "dequeue"]
+    assert deq["sojourn_us"].notna().all() and (deq["sojourn_us"] >= 0).all()
+    assert tele.loc[tele["event"] != "dequeue", "sojourn_us"].isna().all()
+    data = tele[(tele["port"] == summary["bottleneck_port"]) & (tele["pkt_len"] > 1000)]
+    assert set(data["flow"].astype(str)) <= {f"server{i}>client" for i in range(1, 13)}
+    # A queue of up to 21 full frames at 1 Gbit/s drains in about 260 us.
+    assert deq["sojourn_us"].quantile(0.99) < 2000
+
+
+def test_telemetry_plot(collapsing_run):
+    from incast.plots import plot_queue
+    out, _ = collapsing_run
+    png = plot_queue(out)
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
