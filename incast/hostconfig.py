@@ -29,6 +29,9 @@ def tcp_sysctls(scenario, rto_min_us: int, features) -> dict[str, str]:
         "net.ipv4.tcp_slow_start_after_idle": "1" if tcp.slow_start_after_idle else "0",
         # Each run starts cold: no ssthresh/RTT cached from an earlier connection.
         "net.ipv4.tcp_no_metrics_save": "1",
+        # The testbed speaks IPv4: no IPv6 neighbour/MLD chatter in the switch queues.
+        "net.ipv6.conf.all.disable_ipv6": "1",
+        "net.ipv6.conf.default.disable_ipv6": "1",
     }
     if features.rto_min_us_sysctl:
         s["net.ipv4.tcp_rto_min_us"] = str(rto_min_us)

@@ -133,6 +133,7 @@ class QdiscRecorder:
         self.ringbuf_mb = ringbuf_mb(perf_pages)
         self.raw_path = self.run_dir / "telemetry.raw.bin"
         self.proc: subprocess.Popen | None = None
+        self.probe_mode = "auto"            # or "tp_btf" / "tracepoint" (tests; auto falls back)
         self.mode: str | None = None        # "tp_btf" or "tracepoint" once attached
         self._lines: list[str] = []
         self._stderr = b""
@@ -144,7 +145,8 @@ class QdiscRecorder:
         return [str(binary), "--netns-inode", str(self.inode),
                 "--dscp-table", ",".join(map(str, self.dscp_table)),
                 "--drop-reasons", ",".join(map(str, self.reasons)),
-                "--out", str(self.raw_path), "--ringbuf-mb", str(self.ringbuf_mb)]
+                "--out", str(self.raw_path), "--ringbuf-mb", str(self.ringbuf_mb),
+                "--mode", self.probe_mode]
 
     def start(self, timeout: float = 60.0) -> None:
         binary = recorder_binary()

@@ -83,29 +83,50 @@ BEGIN
 tracepoint:qdisc:qdisc_enqueue
 /((struct sk_buff *)args->skbaddr)->dev->nd_net.net->ns.inum == $1/
 {
+  $if = args->ifindex;   // copied first: ctx reads inside branches upset the verifier
   $skb = (struct sk_buff *)args->skbaddr;
   $ip = (struct iphdr *)($skb->head + $skb->network_header);
   $v4 = $skb->protocol == 0x0008;
   $c = %(class_expr)s;
   $s = $v4 ? $ip->saddr : 0;
   $d = $v4 ? $ip->daddr : 0;
-  @qb[args->ifindex, $c] = @qb[args->ifindex, $c] + $skb->len;
-  @qp[args->ifindex, $c] = @qp[args->ifindex, $c] + 1;
+  if (args->qdisc->q.qlen == 1) {
+    // Alone in the port: whatever the class counters held left without a dequeue
+    // event (a qdisc reset purges queues silently), so they restart from zero.
+%(reset_classes)s
+  }
+  @qb[$if, $c] = @qb[$if, $c] + $skb->len;
+  @qp[$if, $c] = @qp[$if, $c] + 1;
   @ts[(uint64)args->skbaddr] = nsecs;
   @cl[(uint64)args->skbaddr] = $c;
-  printf("E,%%llu,%%d,%%d,%%d,%%d,%%u,%%u,%%u,%%u,%%u,0\n", nsecs, args->ifindex, $c,
-         @qp[args->ifindex, $c], @qb[args->ifindex, $c],
+  printf("E,%%llu,%%d,%%d,%%d,%%d,%%u,%%u,%%u,%%u,%%u,0\n", nsecs, $if, $c,
+         @qp[$if, $c], @qb[$if, $c],
          args->qdisc->q.qlen, args->qdisc->qstats.backlog, $skb->len, $s, $d);
 }
 
 tracepoint:qdisc:qdisc_dequeue
 /args->skbaddr != 0 && ((struct sk_buff *)args->skbaddr)->dev->nd_net.net->ns.inum == $1/
 {
-  // A bulk dequeue hands over a chain of skbs linked by ->next: account each one.
+  // A bulk dequeue hands over a chain of skbs linked by ->next: account each one, and
+  // give each the port occupancy just after it left (the root's counters already
+  // reflect the whole chain).
+  $skb = (struct sk_buff *)args->skbaddr;
+  $n = 0;
+  $rest_b = (uint64)0;
+  unroll(%(max_bulk)d) {
+    if ($skb != 0 && $n < args->packets) {
+      $rest_b = $rest_b + $skb->len;
+      $skb = $skb->next;
+      $n = $n + 1;
+    }
+  }
+  $rest_p = $n;
   $skb = (struct sk_buff *)args->skbaddr;
   $n = 0;
   unroll(%(max_bulk)d) {
     if ($skb != 0 && $n < args->packets) {
+      $rest_b = $rest_b - $skb->len;
+      $rest_p = $rest_p - 1;
       $k = (uint64)$skb;
       if (@ts[$k] != 0) {
         $ip = (struct iphdr *)($skb->head + $skb->network_header);
@@ -117,8 +138,8 @@ tracepoint:qdisc:qdisc_dequeue
         @qp[args->ifindex, $c] = @qp[args->ifindex, $c] - 1;
         printf("D,%%llu,%%d,%%d,%%d,%%d,%%u,%%u,%%u,%%u,%%u,%%llu\n", nsecs, args->ifindex, $c,
                @qp[args->ifindex, $c], @qb[args->ifindex, $c],
-               args->qdisc->q.qlen, args->qdisc->qstats.backlog, $skb->len, $s, $d,
-               nsecs - @ts[$k]);
+               args->qdisc->q.qlen + $rest_p, args->qdisc->qstats.backlog + $rest_b,
+               $skb->len, $s, $d, nsecs - @ts[$k]);
         delete(@ts[$k]);
         delete(@cl[$k]);
       }
@@ -166,6 +187,9 @@ def bpftrace_program(dscp_table: list[int], drop_reasons: dict[str, int]) -> str
     drop_filter = "(" + " || ".join(f"args->reason == {r}" for r in reasons) + ")"
     return BPFTRACE_PROGRAM % {"class_map": class_map, "class_expr": class_expr,
                                "drop_filter": drop_filter, "max_bulk": MAX_BULK,
+                               "reset_classes": "\n".join(
+                                   f"    @qb[$if, {c}] = 0; @qp[$if, {c}] = 0;"
+                                   for c in range(max(dscp_table) + 1)),
                                "clear_dscp": " clear(@dscp);" if class_map else ""}
 
 

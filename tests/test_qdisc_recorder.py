@@ -161,7 +161,18 @@ def _qdiscs(ns: str) -> list[dict]:
     return json.loads(_sh("tc", "-n", ns, "-s", "-j", "qdisc", "show", "dev", "va"))
 
 
-def test_live_veth_htb_bfifo(tmp_path, veth_pair):
+def test_start_reports_the_loader_error(tmp_path):
+    if recorder_binary() is None:
+        pytest.skip("build/bpf/qdisc-trace is not built (run scripts/build-bpf.sh)")
+    rec = QdiscRecorder(tmp_path, 1, {}, [0] * 64, {"QDISC_DROP": 64}, {})
+    rec.probe_mode = "bogus"
+    with pytest.raises(RuntimeError, match="did not attach: bad --mode bogus"):
+        rec.start(timeout=10)
+    assert not rec.raw_path.exists()
+
+
+@pytest.mark.parametrize("mode", ["auto", "tracepoint"])
+def test_live_veth_htb_bfifo(tmp_path, veth_pair, mode):
     if recorder_binary() is None:
         pytest.skip("build/bpf/qdisc-trace is not built (run scripts/build-bpf.sh)")
     reasons = _drop_reasons()
@@ -173,6 +184,7 @@ def test_live_veth_htb_bfifo(tmp_path, veth_pair):
     dscp_table[DSCP] = 2
     rec = QdiscRecorder(tmp_path, inode, {ifindex: ("qr", "va")}, dscp_table, reasons,
                         {"10.99.0.1": "a", "10.99.0.2": "b"})
+    rec.probe_mode = mode
     rec.start(timeout=60)
     try:
         subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", BLAST, str(DSCP), str(PAYLOAD)],
@@ -183,7 +195,7 @@ def test_live_veth_htb_bfifo(tmp_path, veth_pair):
                 break
     finally:
         res = rec.stop(0)
-    assert rec.mode in ("tp_btf", "tracepoint")
+    assert rec.mode in (("tp_btf", "tracepoint") if mode == "auto" else (mode,))
     assert not rec.raw_path.exists()
     df = res.table
     qd = {q["kind"]: q for q in _qdiscs(a)}
@@ -191,28 +203,37 @@ def test_live_veth_htb_bfifo(tmp_path, veth_pair):
 
     assert res.lost == 0, res.notes
     assert set(df["port"].astype(str)) == {"va"}
-    print(df[df["flow"].astype(str) != "a>b"].to_string()); print(df.head(30).to_string())
-    assert set(df["flow"].astype(str)) == {"a>b"}
-    assert set(df["queue"]) == {2}
+    ipv4 = df["flow"].astype(str) == "a>b"
+    # Anything else on the wire is not IPv4 (B's ARP for A's address, answered by A):
+    # class 0, flow "-".
+    assert set(df.loc[~ipv4, "flow"].astype(str)) <= {"-"}
+    assert (df.loc[~ipv4, "queue"] == 0).all() and (df.loc[ipv4, "queue"] == 2).all()
     ev = df["event"].astype(str)
     n_enq, n_deq, n_drop = (ev == "enqueue").sum(), (ev == "dequeue").sum(), (ev == "drop").sum()
-    assert n_enq + n_drop == 2000
+    assert ((ev == "enqueue") & ipv4).sum() + ((ev == "drop") & ipv4).sum() == 2000
     assert n_drop == bfifo["drops"] > 0
     assert n_enq == n_deq + bfifo["qlen"]
     assert n_deq == bfifo["packets"]        # tc's "Sent ... pkt" counts dequeues
     # Class occupancy follows the bfifo's byte limit exactly.
     assert df["bytes"].max() <= LIMIT
     assert df["bytes"].max() >= LIMIT - 1514
-    assert (df["pkt_len"] == PAYLOAD + 42).all()
-    last = df.iloc[-1]
-    assert last["packets"] == n_enq - n_deq
-    # The root qdisc (HTB) holds exactly what the class holds.
-    enq = df[ev == "enqueue"]
-    assert (enq["port_packets"] == enq["packets"]).all()
-    assert (enq["port_bytes"] == enq["bytes"]).all()
+    assert (df.loc[ipv4, "pkt_len"] == PAYLOAD + 42).all()
+    # Replay: class occupancy after each event is the running sum of its enqueues and
+    # dequeues, and the root qdisc (HTB) holds exactly what all classes hold together.
+    occ: dict[int, list[int]] = {}
+    for r in df.itertuples(index=False):
+        o = occ.setdefault(r.queue, [0, 0])
+        if r.event != "drop":
+            sign = 1 if r.event == "enqueue" else -1
+            o[0] += sign
+            o[1] += sign * r.pkt_len
+        assert [r.packets, r.bytes] == o, r
+        assert r.port_packets == sum(v[0] for v in occ.values()), r
+        assert r.port_bytes == sum(v[1] for v in occ.values()), r
+    assert sum(v[0] for v in occ.values()) == n_enq - n_deq == 0
     # Drops happen at a full queue; sojourn only on dequeues and then positive.
     drops = df[ev == "drop"]
-    assert (drops["bytes"] + drops["pkt_len"] > LIMIT).all()
+    assert (drops["port_bytes"] + drops["pkt_len"] > LIMIT).all()
     soj = df["sojourn_us"]
     assert soj[ev == "dequeue"].gt(0).all() and soj[ev != "dequeue"].isna().all()
     # 10 mbit: a queued frame waits at most ~5 frame times (1442 B = 1.15 ms each) + slack.

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Benchmarks of the testbed itself. Prints numbers; asserts nothing.
+
+  1. one sender: goodput as a fraction of the link (the payload limit is 94.1%)
+  2. topology build time and success at 32, 64 and 128 senders
+  3. telemetry cost: goodput with and without it, records and records lost
+  4. wall time of the README sweep (scenarios/sigcomm09-fig1.toml) and its curves
+
+Usage (as root, after scripts/setup.sh):
+    /opt/incast/venv/bin/python scripts/benchmark.py [--skip-sweep] [--only one|scale|telemetry|sweep]
+It drives the `incast` command as a user would.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def incast(*args):
+    t = time.monotonic()
+    r = subprocess.run(["incast", *map(str, args)], cwd=REPO, capture_output=True, text=True)
+    wall = time.monotonic() - t
+    if r.returncode:
+        return None, wall, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"
+    return json.loads(r.stdout.strip().splitlines()[-1]) if "--json" in args else r.stdout, wall, ""
+
+
+def run(tmp: Path, name: str, *args):
+    return incast("run", *args, "--json", "--out", tmp / name)
+
+
+def one_sender(tmp, reps=3):
+    print("== 1. one sender at 1 Gbit/s (payload limit 94.1%)")
+    fracs = []
+    for i in range(reps):
+        s, wall, err = run(tmp, f"one{i}", "--senders", 1, "--blocks", 60, "--cc", "reno")
+        if s is None:
+            print(f"  run {i}: FAILED {err}")
+            continue
+        frac = s["goodput_mbps"] / s["link_mbps"]
+        fracs.append(frac)
+        print(f"  run {i}: {s['goodput_mbps']:.1f} Mbit/s = {100 * frac:.2f}% of link, "
+              f"{s['drops']} drops, {s['timeouts']} timeouts")
+    if fracs:
+        print(f"  mean {100 * statistics.mean(fracs):.2f}%  min {100 * min(fracs):.2f}%")
+
+
+def build_scale(tmp):
+    print("== 2. topology build and a short run at scale")
+    for n in (32, 64, 128):
+        s, wall, err = run(tmp, f"scale{n}", "--senders", n, "--blocks", 3, "--warmup", 1,
+                           "--sru", "32KiB", "--rto-min", "min")
+        if s is None:
+            print(f"  {n:3d} senders: FAILED after {wall:.1f} s: {err}")
+        else:
+            print(f"  {n:3d} senders: build {s['build_s']:.1f} s, whole run {wall:.1f} s, "
+                  f"goodput {s['goodput_mbps']:.0f} Mbit/s, ok")
+
+
+def telemetry_cost(tmp, reps=3):
+    print("== 3. telemetry cost")
+    for n, blocks in ((1, 60), (16, 20)):
+        for tele in (False, True):
+            good, recs, lost = [], [], []
+            for i in range(reps):
+                extra = ["--telemetry"] if tele else []
+                s, _, err = run(tmp, f"tele{n}{tele}{i}", "--senders", n, "--blocks", blocks,
+                                "--cc", "reno", *extra)
+                if s is None:
+                    print(f"  {n} senders telemetry={tele}: FAILED {err}")
+                    continue
+                good.append(s["goodput_mbps"])
+                recs.append(s["telemetry_records"] or 0)
+                lost.append(s["telemetry_lost"] or 0)
+            if good:
+                print(f"  {n:2d} senders, telemetry {'on ' if tele else 'off'}: goodput "
+                      f"{statistics.mean(good):7.1f} Mbit/s (runs: {', '.join(f'{g:.0f}' for g in good)})"
+                      + (f", records {statistics.mean(recs):.0f}/run, lost {sum(lost)}" if tele else ""))
+
+
+def readme_sweep(tmp):
+    print("== 4. the README sweep (scenarios/sigcomm09-fig1.toml)")
+    out = tmp / "fig1"
+    _, wall, err = incast("sweep", "scenarios/sigcomm09-fig1.toml", "--out", out)
+    if err:
+        print(f"  FAILED: {err}")
+        return
+    print(f"  wall time {wall:.0f} s -> {out}/goodput.png")
+    import pandas as pd
+    t = pd.read_parquet(out / "sweep.parquet")
+    pivot = t.pivot_table(index="senders", columns="rto_min", values="goodput_mbps")
+    print(pivot.round(0).to_string())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--only", choices=["one", "scale", "telemetry", "sweep"])
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="incast-bench-") as d:
+        tmp = Path(d)
+        steps = {"one": one_sender, "scale": build_scale, "telemetry": telemetry_cost, "sweep": readme_sweep}
+        for name, step in steps.items():
+            if args.only and name != args.only:
+                continue
+            if name == "sweep" and args.skip_sweep:
+                continue
+            step(tmp)
+
+
+if __name__ == "__main__":
+    main()

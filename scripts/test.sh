@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Run the test suite (as root: the network tests build namespaces). Extra arguments go
+# to pytest, e.g. scripts/test.sh -m "not scenario" or scripts/test.sh tests/test_cli.py
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${INCAST_VENV:-/opt/incast/venv}
+exec "$venv/bin/python" -m pytest -ra "$@"
