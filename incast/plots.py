@@ -24,7 +24,12 @@ def plot_sweep(table: pd.DataFrame, out: Path, title: str = "") -> Path:
     ok = table[table["goodput_mbps"].notna()] if "goodput_mbps" in table else table.iloc[0:0]
     axes = [c for c in table.columns if c not in SUMMARY_COLUMNS]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    groups = ok.groupby(axes, dropna=False) if axes else [((), ok)]
+    if not axes:
+        groups = [((), ok)]
+    elif len(axes) == 1:
+        groups = ok.groupby(axes[0], dropna=False)
+    else:
+        groups = ok.groupby(axes, dropna=False)
     for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
         label = ", ".join(f"{a}={_pretty(a, v, g)}" for a, v in zip(axes, key)) or "goodput"

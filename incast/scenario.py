@@ -233,14 +233,18 @@ class Scenario(_Model):
     def block_bytes(self) -> int:
         return sum(self.fragments())
 
-    def describe(self) -> str:
+    def describe(self, omit: set[str] = frozenset()) -> str:
+        """One line naming the scenario; `omit` drops the parts a sweep varies
+        (senders, load, rate, buffer, cc, rto_min)."""
         w, s = self.workload, self.switch
         load = (f"SRU {format_size(w.sru)}" if w.kind == "fixed-fragment"
                 else f"block {format_size(w.block)}")
         buf = format_size(s.buffer) if s.buffer is not None else f"{s.buffer_packets}pkt"
         rto = self.tcp.rto_min if self.tcp.rto_min == "min" else format_time_us(self.tcp.rto_min)
-        return (f"{self.topology.senders} senders, {load}, {format_rate(self.link.rate)}, "
-                f"buffer {buf}/{s.qos.queues}q, {self.tcp.cc}, rto_min {rto}")
+        parts = {"senders": f"{self.topology.senders} senders", "load": load,
+                 "rate": format_rate(self.link.rate), "buffer": f"buffer {buf}/{s.qos.queues}q",
+                 "cc": self.tcp.cc, "rto_min": f"rto_min {rto}"}
+        return ", ".join(v for k, v in parts.items() if k not in omit)
 
 
 # Short names for the fields people change most; used by --flags, --set and sweeps.
@@ -267,6 +271,13 @@ ALIASES = {
     "initcwnd": "tcp.initcwnd",
     "telemetry": "telemetry.enabled",
 }
+
+
+# Which part of Scenario.describe() each field belongs to.
+DESCRIBE_PART = {"topology.senders": "senders", "workload.sru": "load", "workload.block": "load",
+                 "workload.kind": "load", "link.rate": "rate", "switch.buffer": "buffer",
+                 "switch.buffer_packets": "buffer", "switch.qos.queues": "buffer", "tcp.cc": "cc",
+                 "tcp.rto_min": "rto_min"}
 
 
 class ScenarioError(ValueError):

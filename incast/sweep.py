@@ -111,7 +111,8 @@ def cmd_sweep(args) -> int:
         pd.DataFrame(rows).to_parquet(work / "sweep.parquet", index=False)
     table = pd.DataFrame(rows)
     if "goodput_mbps" in table:
-        plot_sweep(table, work / "goodput.png", title=points[0][1].describe().split(",", 1)[1].strip())
+        varied = {scn.DESCRIBE_PART.get(scn.resolve_field(n)) for n in grid} | {"senders"}
+        plot_sweep(table, work / "goodput.png", title=points[0][1].describe(omit=varied))
     os.replace(work, final)
     # Paths inside the table now point at the final location.
     elapsed = time.monotonic() - t_start
