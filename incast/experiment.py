@@ -106,6 +106,15 @@ class _Lines:
             raise RunFailed(f"{self.what}: expected {word}, got {line!r}")
 
 
+def softnet_drops() -> int:
+    """Packets the kernel dropped because a CPU's input backlog was full
+    (net.core.netdev_max_backlog): a loss point outside the switch queues."""
+    total = 0
+    for line in open("/proc/net/softnet_stat"):
+        total += int(line.split()[1], 16)
+    return total
+
+
 def _counter_rows(hosts, before: dict, after: dict, rep: int) -> list[dict]:
     rows = []
     for h in hosts:
@@ -189,6 +198,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
         w = scenario.workload
         block_rows, flow_rows, counter_rows, queue_frames = [], [], [], []
         t0_ns = None
+        backlog_drops = 0
         for rep in range(w.repetitions):
             cmd = [sys.executable, str(HOSTS_DIR / "incast_client.py"),
                    "--servers", ",".join(s.IP() for s in servers),
@@ -202,6 +212,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
             lines.expect("WARM")
             before = {h.name: hostconfig.read_counters(h.pid) for h in net.hosts}
             q_before = dp.queue_counters()
+            backlog_before = softnet_drops()
             if t0_ns is None:
                 t0_ns = time.monotonic_ns()
             proc.stdin.write("GO\n")
@@ -220,6 +231,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
                     progress(1)
             after = {h.name: hostconfig.read_counters(h.pid) for h in net.hosts}
             q_after = dp.queue_counters()
+            backlog_drops += softnet_drops() - backlog_before
             for _ in servers:
                 parts = lines.next().split(" ", 2)
                 if parts[0] != "FLOW":
@@ -249,7 +261,11 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
     summary.update({"dataplane": scenario.dataplane, "cc": scenario.tcp.cc, "rto_min_us": rto_min_us,
                     "rto_floor_us": env["rto_floor_us"], "bottleneck_port": bottleneck.name,
                     "build_s": round(build_s, 3), "repetitions": w.repetitions,
+                    "backlog_drops": backlog_drops,
                     "run_dir": str(results.final)})
+    if backlog_drops:
+        log(f"warning: {backlog_drops} packets dropped by full CPU input backlogs, not by the "
+            "switch (raise net.core.netdev_max_backlog)")
     results.write_table("blocks.parquet", blocks)
     results.write_table("counters.parquet", counters)
     results.write_table("queues.parquet", queues)

@@ -15,14 +15,17 @@ SUMMARY_COLUMNS = {"goodput_mbps", "link_mbps", "senders", "blocks", "block_ms_p
                    "block_ms_max", "timeouts", "retransmits", "drops", "bottleneck_drops",
                    "max_queue_bytes", "telemetry_records", "telemetry_lost", "dataplane", "cc",
                    "rto_min_us", "rto_floor_us", "bottleneck_port", "build_s", "repetitions",
-                   "run_dir", "error"}
+                   "run_dir", "error", "backlog_drops"}
 
 
-def plot_sweep(table: pd.DataFrame, out: Path, title: str = "") -> Path:
+def plot_sweep(table: pd.DataFrame, out: Path, title: str = "", axes: list[str] | None = None) -> Path:
     """Goodput vs number of senders, one line per combination of the other grid axes
-    (the style of SIGCOMM'09 Figure 1)."""
+    (the style of SIGCOMM'09 Figure 1). `axes`: the grid's columns (default: every
+    column that is not a summary field)."""
     ok = table[table["goodput_mbps"].notna()] if "goodput_mbps" in table else table.iloc[0:0]
-    axes = [c for c in table.columns if c not in SUMMARY_COLUMNS]
+    if axes is None:
+        axes = [c for c in table.columns if c not in SUMMARY_COLUMNS]
+    axes = [a for a in axes if a != "senders"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     if not axes:
         groups = [((), ok)]

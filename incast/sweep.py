@@ -96,6 +96,7 @@ def cmd_sweep(args) -> int:
         bar.set_description(s.describe())
         run_dir = work / "runs" / f"{i:03d}-{_label(values)}"
         row = {k.split(".")[-1]: v for k, v in values.items()}
+        row["senders"] = s.topology.senders   # the x axis, numeric even when a run fails
         try:
             outcome = run(s, run_dir, log=log)
             row.update(outcome.summary)
@@ -112,7 +113,8 @@ def cmd_sweep(args) -> int:
     table = pd.DataFrame(rows)
     if "goodput_mbps" in table:
         varied = {scn.DESCRIBE_PART.get(scn.resolve_field(n)) for n in grid} | {"senders"}
-        plot_sweep(table, work / "goodput.png", title=points[0][1].describe(omit=varied))
+        plot_sweep(table, work / "goodput.png", title=points[0][1].describe(omit=varied),
+                   axes=[n.split(".")[-1] for n in grid])
     os.replace(work, final)
     # Paths inside the table now point at the final location.
     elapsed = time.monotonic() - t_start
