@@ -12,7 +12,7 @@ venv=${INCAST_VENV:-/opt/incast/venv}
 [ "$(id -u)" = 0 ] || { echo "setup: run as root" >&2; exit 2; }
 
 apt_packages=(
-  mininet iproute2 ethtool bridge-utils iputils-ping net-tools procps psmisc kmod
+  ca-certificates mininet iproute2 ethtool bridge-utils iputils-ping net-tools procps psmisc kmod
   bpftrace tcpdump
   python3 python3-venv python3-pip python3-scapy python3-matplotlib python3-pandas
   python3-numpy python3-pytest python3-tqdm
@@ -38,7 +38,10 @@ if [ ! -x "$venv/bin/python" ] || ! cmp -s "$here/requirements.txt" "$stamp"; th
   echo "setup: creating $venv"
   rm -rf "$venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/requirements.txt"
+  # pip trusts the machine's CA store (so a site's TLS-inspecting proxy that the
+  # machine trusts works too), not only the bundle it ships.
+  "$venv/bin/pip" install -q --disable-pip-version-check --cert /etc/ssl/certs/ca-certificates.crt \
+    -r "$here/requirements.txt"
   cp "$here/requirements.txt" "$stamp"
 fi
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$here"
