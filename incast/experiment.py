@@ -183,7 +183,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
 
         server_procs = []
         for s, dscp in zip(servers, dscps):
-            p = s.popen([sys.executable, str(HOSTS_DIR / "incast_server.py"), "--port", str(SERVER_PORT),
+            p = hostconfig.host_popen(s, [sys.executable, str(HOSTS_DIR / "incast_server.py"), "--port", str(SERVER_PORT),
                          "--dscp", str(dscp)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             server_procs.append((s, p))
         for s, p in server_procs:
@@ -205,7 +205,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
                    "--fragments", ",".join(map(str, fragments)),
                    "--dscp", ",".join(map(str, dscps)), "--port", str(SERVER_PORT),
                    "--blocks", str(w.blocks), "--warmup", str(w.warmup), "--seed", str(w.seed + rep)]
-            proc = client.popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            proc = hostconfig.host_popen(client, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
             lines = _Lines(proc, "client")
             lines.expect("CONNECTED")

@@ -88,10 +88,18 @@ def host_script(host, scenario, rto_min_us: int, features) -> str:
     return "\n".join(lines)
 
 
+def host_popen(host, cmd: list[str], **kwargs) -> subprocess.Popen:
+    """Start a process in a host's network namespace, and only there.
+
+    (Mininet's Host.popen attaches to the host shell's mount namespace as well, which
+    leaves a chroot or container the testbed may be running in.)"""
+    return subprocess.Popen(["nsenter", f"--net=/proc/{host.pid}/ns/net", "--", *cmd], **kwargs)
+
+
 def configure_hosts(hosts, scenario, rto_min_us: int, features) -> None:
     """Apply the TCP profile and the NIC to every host (in parallel); raise with the
     first host's error."""
-    procs = [(h, h.popen(["sh", "-c", host_script(h, scenario, rto_min_us, features)],
+    procs = [(h, host_popen(h, ["sh", "-c", host_script(h, scenario, rto_min_us, features)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
              for h in hosts]
     failed = []

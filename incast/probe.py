@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
-REQUIRED_TOOLS = ("ip", "tc", "ethtool", "mnexec")
+REQUIRED_TOOLS = ("ip", "tc", "ethtool", "mnexec", "nsenter")
 
 
 class MissingFeature(RuntimeError):

@@ -12,7 +12,7 @@ venv=${INCAST_VENV:-/opt/incast/venv}
 [ "$(id -u)" = 0 ] || { echo "setup: run as root" >&2; exit 2; }
 
 apt_packages=(
-  ca-certificates mininet iproute2 ethtool bridge-utils iputils-ping net-tools procps psmisc kmod
+  ca-certificates util-linux mininet iproute2 ethtool bridge-utils iputils-ping net-tools procps psmisc kmod
   bpftrace tcpdump
   python3 python3-venv python3-pip python3-scapy python3-matplotlib python3-pandas
   python3-numpy python3-pytest python3-tqdm
