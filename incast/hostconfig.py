@@ -49,26 +49,40 @@ def route_metrics(scenario, rto_min_us: int, features) -> str:
     return " ".join(opts)
 
 
+def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False) -> str:
+    """The host NIC: a token bucket at the link rate (tc batch syntax).
+
+    TBF rather than HTB because a PAUSE must stop and restart it: changing a TBF
+    refills its bucket, while an HTB class keeps the token debt of whatever it sent
+    at the paused rate and would stay silent long after the PAUSE ends."""
+    frame = mtu + ETH_HLEN
+    limit = NIC_QUEUE_PACKETS * (frame + WIRE_OVERHEAD)
+    if paused:   # nothing more leaves (bar the frame already on its way, as on a real NIC)
+        return f"qdisc change dev {dev} root handle 1: tbf rate 8bit burst {frame} limit {limit}"
+    return (f"qdisc replace dev {dev} root handle 1: tbf rate {rate}bit burst {htb_burst(mtu)} "
+            f"limit {limit} overhead {WIRE_OVERHEAD}")
+
+
 def nic_tc_commands(dev: str, scenario) -> list[str]:
-    rate, mtu = scenario.link.rate, scenario.link.mtu
-    burst = htb_burst(mtu)
     link = scenario.link
+    cmds = ["tc " + nic_qdisc(dev, link.rate, link.mtu)]
     if link.needs_netem:
-        leaf = f"netem limit {NIC_QUEUE_PACKETS}"
+        netem = f"netem limit {NIC_QUEUE_PACKETS}"
         if link.delay:
-            leaf += f" delay {link.delay}us"
+            netem += f" delay {link.delay}us"
             if link.jitter:
-                leaf += f" {link.jitter}us"
+                netem += f" {link.jitter}us"
         if link.loss:
-            leaf += f" loss {link.loss}%"
-    else:
-        leaf = f"pfifo limit {NIC_QUEUE_PACKETS}"
-    return [
-        f"tc qdisc replace dev {dev} root handle 1: htb default 1",
-        f"tc class replace dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit "
-        f"burst {burst} cburst {burst} overhead {WIRE_OVERHEAD} quantum {mtu + ETH_HLEN}",
-        f"tc qdisc replace dev {dev} parent 1:1 handle 10: {leaf}",
-    ]
+            netem += f" loss {link.loss}%"
+        cmds.append(f"tc qdisc replace dev {dev} parent 1:1 handle 10: {netem}")
+    return cmds
+
+
+def pause_commands(dev: str, scenario) -> tuple[str, str]:
+    """tc batch lines that stop and restart a host's egress (for the PAUSE agent)."""
+    link = scenario.link
+    resume = nic_qdisc(dev, link.rate, link.mtu).replace("qdisc replace", "qdisc change", 1)
+    return nic_qdisc(dev, link.rate, link.mtu, paused=True), resume
 
 
 def host_script(host, scenario, rto_min_us: int, features) -> str:

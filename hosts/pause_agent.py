@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Honour 802.3x PAUSE frames on a host whose NIC ignores them (veth does).
+
+Listens on the host's interface for MAC Control frames (EtherType 0x8808). A PAUSE
+with quanta q stops the host's egress for q x 512 bit-times at the link rate; quanta 0,
+or the expiry of the last PAUSE, resumes it. A PFC frame (opcode 0x0101) is treated as
+a PAUSE with the largest quanta of its enabled classes (per-class pausing would need a
+class-aware host queue).
+
+How egress stops is given as two tc commands (run by one persistent `tc -batch`):
+where the kernel has the `plug` qdisc, `qdisc change ... plug block` /
+`release_indefinite`; otherwise the host NIC's HTB class is changed to a rate too low
+to send anything, and back. Either way, frames wait in the host's queue; none is lost.
+
+Prints READY when listening; on SIGTERM/SIGINT prints one JSON line of statistics:
+pause frames, resumes, paused time, and per PAUSE the delay from the frame's arrival to
+the tc command being issued. Standard library only.
+"""
+import argparse
+import json
+import signal
+import socket
+import struct
+import subprocess
+import time
+
+ETH_P_MAC_CONTROL = 0x8808
+OP_PAUSE = 0x0001
+OP_PFC = 0x0101
+
+
+class Gate:
+    """The host's egress: open or closed, via one persistent `tc -batch` process.
+
+    After each change the gate asks tc to show the root qdisc and waits for the
+    answer: tc runs its lines in order, so the answer means the change is in force.
+    A qdisc that was stopped does not look at its queue again until something is
+    sent, so opening the gate is followed by a kick: a MAC Control frame that no
+    switch forwards."""
+
+    def __init__(self, dev, pause_cmd, resume_cmd, kick):
+        self.dev, self.pause_cmd, self.resume_cmd, self.kick = dev, pause_cmd, resume_cmd, kick
+        self.tc = subprocess.Popen(["tc", "-force", "-batch", "-"], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True)
+        self.closed_since = None
+        self.paused_s = 0.0
+
+    def close(self):
+        if self.closed_since is None:
+            self._apply(self.pause_cmd)
+            self.closed_since = time.monotonic()
+
+    def open(self):
+        if self.closed_since is not None:
+            self._apply(self.resume_cmd)
+            self.kick()
+            self.paused_s += time.monotonic() - self.closed_since
+            self.closed_since = None
+
+    def _apply(self, cmd):
+        self.tc.stdin.write(f"{cmd}\nqdisc show dev {self.dev} root\n")
+        self.tc.stdin.flush()
+        self.tc.stdout.readline()   # the show's one line: the change is in force
+
+    def stop(self):
+        self.open()
+        self.tc.stdin.close()
+        self.tc.wait()
+
+
+def pause_quanta(frame):
+    """Quanta asked for by a MAC Control frame, or None if it is not PAUSE/PFC."""
+    if len(frame) < 18 or struct.unpack_from("!H", frame, 12)[0] != ETH_P_MAC_CONTROL:
+        return None
+    opcode = struct.unpack_from("!H", frame, 14)[0]
+    if opcode == OP_PAUSE and len(frame) >= 18:
+        return struct.unpack_from("!H", frame, 16)[0]
+    if opcode == OP_PFC and len(frame) >= 34:
+        enabled = struct.unpack_from("!H", frame, 16)[0]
+        quanta = struct.unpack_from("!8H", frame, 18)
+        active = [q for c, q in enumerate(quanta) if enabled & (1 << c)]
+        return max(active) if active else None
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dev", required=True)
+    ap.add_argument("--rate", type=int, required=True, help="link rate, bit/s (sets the quantum's length)")
+    ap.add_argument("--pause-cmd", required=True, help="tc batch line that stops egress")
+    ap.add_argument("--resume-cmd", required=True, help="tc batch line that restarts it")
+    args = ap.parse_args()
+
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_MAC_CONTROL))
+    sock.bind((args.dev, ETH_P_MAC_CONTROL))
+    # MAC Control with a reserved opcode (0): link-local, never forwarded, never obeyed.
+    kick = bytes.fromhex("0180c2000001") + sock.getsockname()[4] + struct.pack("!HH", ETH_P_MAC_CONTROL, 0)
+    kick = kick.ljust(60, b"\0")
+    gate = Gate(args.dev, args.pause_cmd, args.resume_cmd, lambda: sock.send(kick))
+    quantum_s = 512 / args.rate
+    stats = {"pause_frames": 0, "resume_frames": 0, "expiries": 0, "reaction_us": []}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop)
+    deadline = None
+    print("READY", flush=True)
+    try:
+        while True:
+            deadline = handle_one(sock, gate, deadline, quantum_s, stats)
+    except Stop:
+        pass
+    gate.stop()
+    stats["paused_ms"] = round(gate.paused_s * 1000, 3)
+    print(json.dumps(stats), flush=True)
+
+
+class Stop(Exception):
+    pass
+
+
+def _stop(*_):
+    raise Stop()
+
+
+def handle_one(sock, gate, deadline, quantum_s, stats):
+    """Wait for one frame or the pause's expiry; returns the new expiry (or None)."""
+    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+    sock.settimeout(timeout)
+    try:
+        frame, addr = sock.recvfrom(2048)
+    except socket.timeout:
+        gate.open()
+        stats["expiries"] += 1
+        return None
+    arrived = time.monotonic()
+    if addr[2] == socket.PACKET_OUTGOING:   # our own kick
+        return deadline
+    quanta = pause_quanta(frame)
+    if quanta is None:
+        return deadline
+    if quanta == 0:
+        stats["resume_frames"] += 1
+        gate.open()
+        return None
+    stats["pause_frames"] += 1
+    gate.close()
+    stats["reaction_us"].append(round((time.monotonic() - arrived) * 1e6, 1))
+    return arrived + quanta * quantum_s   # a new PAUSE replaces the old timer
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""The host PAUSE agent: a PAUSE frame stops the host's sending for quanta x 512 bit
+times, and quanta 0 resumes it. Two namespaces: the host (a UDP sender behind a 100
+Mbit/s HTB NIC, with the agent) and a peer that receives, timestamps every packet and
+sends the PAUSE frames."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, needs_root
+from incast.hostconfig import nic_qdisc, pause_commands
+from incast.scenario import build
+
+pytestmark = [needs_root, pytest.mark.network]
+
+RATE = 100_000_000
+SCENARIO = build({}, {"link_rate": f"{RATE}bit"})
+NIC = nic_qdisc("h0", RATE, 1500)
+PAUSE_CMD, RESUME_CMD = pause_commands("h0", SCENARIO)
+
+PEER = textwrap.dedent(r"""
+    import json, socket, struct, sys, time
+    from scapy.layers.l2 import Ether
+    from scapy.contrib.mac_control import MACControlPause
+    from scapy.compat import raw
+    dev, plan = sys.argv[1], json.loads(sys.argv[2])
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("0.0.0.0", 9000)); rx.settimeout(0.002)
+    # Kernel arrival timestamps: the receiving loop may lag behind the wire.
+    SO_TIMESTAMPNS = 35   # asm-generic/socket.h; Python 3.11 does not export it
+    rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); tx.bind((dev, 0))
+    arrivals, sent = [], []
+    start = time.time()
+    steps = [(start + at, quanta) for at, quanta in plan["pauses"]]
+    end = start + plan["duration"]
+    while time.time() < end:
+        now = time.time()
+        while steps and steps[0][0] <= now:
+            _, quanta = steps.pop(0)
+            frame = raw(Ether(dst="01:80:c2:00:00:01", src="02:00:00:00:00:02") / MACControlPause(pause_time=quanta))
+            sent.append((time.time(), quanta)); tx.send(frame)
+        try:
+            _, anc, _, _ = rx.recvmsg(2048, 64)
+        except socket.timeout:
+            continue
+        for level, kind, data in anc:
+            if kind == SO_TIMESTAMPNS:
+                sec, nsec = struct.unpack("qq", data[:16])
+                arrivals.append(sec + nsec * 1e-9)
+    print(json.dumps({"arrivals": arrivals, "sent": sent}))
+""")
+
+SENDER = textwrap.dedent(r"""
+    import socket, sys, time
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    payload = b"x" * 1000
+    end = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < end:
+        try:
+            s.sendto(payload, socket.MSG_DONTWAIT, (sys.argv[1], 9000))
+        except OSError:
+            pass   # the host queue is full while paused
+""")
+
+
+def sh(*cmd, ns=None, check=True):
+    if ns:
+        cmd = ("ip", "netns", "exec", ns, *cmd)
+    return subprocess.run(cmd, check=check, capture_output=True, text=True)
+
+
+@pytest.fixture
+def pair():
+    tag = uuid.uuid4().hex[:6]
+    host, peer = f"pausetest-{tag}-h", f"pausetest-{tag}-p"
+    try:
+        sh("ip", "netns", "add", host)
+        sh("ip", "netns", "add", peer)
+        sh("ip", "link", "add", "h0", "netns", host, "type", "veth", "peer", "name", "p0", "netns", peer)
+        for ns, dev, ip in ((host, "h0", "10.9.0.1/24"), (peer, "p0", "10.9.0.2/24")):
+            sh("ip", "addr", "add", ip, "dev", dev, ns=ns)
+            sh("ip", "link", "set", dev, "up", ns=ns)
+            sh("ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off", ns=ns, check=False)
+        sh("tc", *NIC.split(), ns=host)
+        yield host, peer
+    finally:
+        for ns in (host, peer):
+            subprocess.run(["ip", "netns", "pids", ns], capture_output=True)
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            for pid in pids:
+                subprocess.run(["kill", "-9", pid])
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def run_plan(host, peer, pauses, duration=0.6):
+    agent = subprocess.Popen(
+        ["ip", "netns", "exec", host, sys.executable, str(REPO / "hosts/pause_agent.py"), "--dev", "h0",
+         "--rate", str(RATE), "--pause-cmd", PAUSE_CMD, "--resume-cmd", RESUME_CMD],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert agent.stdout.readline().strip() == "READY"
+        sender = subprocess.Popen(["ip", "netns", "exec", host, sys.executable, "-c", SENDER, "10.9.0.2",
+                                   str(duration + 0.2)])
+        peer_out = subprocess.run(["ip", "netns", "exec", peer, "/usr/bin/python3", "-c", PEER, "p0",
+                                   json.dumps({"pauses": pauses, "duration": duration})],
+                                  capture_output=True, text=True, timeout=30, check=True).stdout
+        sender.wait(timeout=10)
+    finally:
+        agent.terminate()
+        stats = json.loads(agent.communicate(timeout=10)[0].strip().splitlines()[-1])
+    return json.loads(peer_out), stats
+
+
+def longest_gap(arrivals, after, until):
+    times = [t for t in arrivals if after <= t <= until]
+    gaps = [(b - a, a) for a, b in zip(times, times[1:])]
+    return max(gaps) if gaps else (0.0, None)
+
+
+def test_pause_stops_the_host_for_its_quanta(pair):
+    host, peer = pair
+    pause_s = 0.050
+    quanta = round(pause_s * RATE / 512)
+    out, stats = run_plan(host, peer, [(0.2, quanta)])
+    (sent_at, _), = out["sent"]
+    gap, gap_start = longest_gap(out["arrivals"], sent_at - 0.01, sent_at + 0.2)
+    reaction = gap_start - sent_at
+    print(f"\npause {pause_s * 1e3:.1f} ms -> sending stopped after {reaction * 1e3:.2f} ms "
+          f"for {gap * 1e3:.2f} ms; agent: {stats}")
+    assert stats["pause_frames"] == 1 and stats["expiries"] == 1
+    assert -0.001 < reaction < 0.005
+    assert abs(gap - pause_s) < 0.005
+    assert stats["paused_ms"] == pytest.approx(pause_s * 1e3, abs=3)
+
+
+def test_quanta_zero_resumes_at_once(pair):
+    host, peer = pair
+    out, stats = run_plan(host, peer, [(0.2, 0xFFFF), (0.22, 0)])
+    (pause_at, _), (resume_at, _) = out["sent"]
+    gap, gap_start = longest_gap(out["arrivals"], pause_at - 0.01, pause_at + 0.3)
+    print(f"\nresumed {resume_at - pause_at:.4f} s after the PAUSE; gap {gap * 1e3:.2f} ms; agent: {stats}")
+    assert stats["pause_frames"] == 1 and stats["resume_frames"] == 1 and stats["expiries"] == 0
+    assert abs(gap - (resume_at - pause_at)) < 0.005   # 0xFFFF quanta would be 335 ms
