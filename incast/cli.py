@@ -37,6 +37,11 @@ RUN_FLAGS = [
     ("--sack", "sack", "on | off"),
     ("--dupack-threshold", "dupack_threshold", "duplicate ACKs before fast retransmit"),
     ("--initcwnd", "initcwnd", "initial congestion window, segments"),
+    ("--switch", "switch", "data plane: linux (kernel bridge + tc) or bmv2 (p4src/incast.p4)"),
+    ("--pause", "pause", "802.3x PAUSE from the switch: on | off (bmv2)"),
+    ("--xoff", "xoff", "PAUSE when a port holds more than this, e.g. 16KiB"),
+    ("--xon", "xon", "resume below this"),
+    ("--telemetry-sample", "telemetry_sample", "all | 1/N | change:SIZE | above:SIZE (bmv2)"),
 ]
 
 

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import dataplane as dataplanes
@@ -155,6 +156,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
     setLogLevel("error")
 
     dp = dataplanes.get(scenario.dataplane)(scenario, features)
+    dp.log_dir = results.path
     with resources.Run() as res:
         if scenario.tcp.cc not in features.cc_allowed:
             # Namespaces may only pick algorithms the init namespace allows.
@@ -172,7 +174,10 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
         res.name_host_netns({h.name: h.pid for h in net.hosts})
         hostconfig.configure_hosts(net.hosts, scenario, rto_min_us, features)
         dp.configure(net, topo)
-        results.write_text("switch.tc", getattr(dp, "tc_script", ""))
+        if hasattr(dp, "tc_script"):
+            results.write_text("switch.tc", dp.tc_script)
+        if hasattr(dp, "cli_script"):
+            results.write_text("switch.cli", dp.cli_script)
         build_s = time.monotonic() - t_build
         log(f"network of {len(net.hosts)} hosts built in {build_s:.1f} s ({res.token})")
 
@@ -188,6 +193,20 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
             server_procs.append((s, p))
         for s, p in server_procs:
             _Lines(p, f"server on {s.name}").expect("READY")
+
+        agents = []
+        if scenario.switch.pause.enabled:
+            # veth ignores PAUSE: each host runs an agent that stops its NIC.
+            for h in net.hosts:
+                intf = h.defaultIntf().name
+                pause_cmd, resume_cmd = hostconfig.pause_commands(intf, scenario)
+                a = hostconfig.host_popen(h, [sys.executable, str(HOSTS_DIR / "pause_agent.py"), "--dev", intf,
+                                              "--rate", str(scenario.link.rate), "--pause-cmd", pause_cmd,
+                                              "--resume-cmd", resume_cmd],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                agents.append((h, a))
+            for h, a in agents:
+                _Lines(a, f"PAUSE agent on {h.name}").expect("READY")
 
         tracer = None
         if scenario.telemetry.enabled:
@@ -245,6 +264,17 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
             counter_rows += _counter_rows(net.hosts, before, after, rep)
             queue_frames.append(_queue_delta(q_before, q_after, rep))
 
+        pause = None
+        if agents:
+            pause = {"paused_ms": 0.0, "pause_frames_received": 0, "reaction_us": []}
+            for h, a in agents:
+                a.terminate()
+                stats = json.loads(a.communicate(timeout=30)[0].strip().splitlines()[-1])
+                pause["paused_ms"] += stats["paused_ms"]
+                pause["pause_frames_received"] += stats["pause_frames"] + stats["resume_frames"]
+                pause["reaction_us"] += stats["reaction_us"]
+            pause.update(dp.pause_counters())
+
         telemetry_table, lost = None, None
         if tracer:
             tres = tracer.stop(t0_ns)
@@ -263,6 +293,12 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
                     "build_s": round(build_s, 3), "repetitions": w.repetitions,
                     "backlog_drops": backlog_drops,
                     "run_dir": str(results.final)})
+    if pause is not None:
+        reactions = pause.pop("reaction_us")
+        summary.update({"pause_frames": pause["pause_xoff"] + pause["pause_refresh"] + pause["pause_xon"],
+                        "paused_ms": round(pause["paused_ms"], 3),
+                        "pause_reaction_us_p50": float(np.median(reactions)) if reactions else None,
+                        **pause})
     if backlog_drops:
         log(f"warning: {backlog_drops} packets dropped by full CPU input backlogs, not by the "
             "switch (raise net.core.netdev_max_backlog)")

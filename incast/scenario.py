@@ -9,12 +9,13 @@ rates in bit/s and times in µs, whatever unit the user wrote.
 """
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
-                      ValidationError, field_validator, model_validator)
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
+                      field_validator, model_validator)
 
 from .units import (format_rate, format_size, format_time_us, parse_rate, parse_size,
                     parse_time_us)
@@ -130,11 +131,31 @@ class QoS(_Model):
         return [x / total for x in w]
 
 
+class Pause(_Model):
+    """802.3x Ethernet flow control by the switch (bmv2 data plane).
+
+    When a port's queues hold more than ``xoff`` bytes, the ports sending into it get
+    PAUSE frames; below ``xon`` they get quanta 0. Defaults: half and a quarter of
+    the port's buffer."""
+    enabled: bool = False
+    xoff: Size | None = None
+    xon: Size | None = None
+    quanta: int = Field(0xFFFF, ge=1, le=0xFFFF, description="pause quanta sent at XOFF (512 bit times each)")
+
+
 class Switch(_Model):
     """Per-port egress buffer of every switch port, in bytes or (alternatively) packets."""
     buffer: Size | None = Field(parse_size("32KiB"), description="bytes per port, split over the class queues")
     buffer_packets: int | None = Field(None, ge=1, le=100_000)
     qos: QoS = QoS()
+    pause: Pause = Pause()
+
+    def pause_thresholds(self, mtu: int) -> tuple[int, int]:
+        """(xoff, xon) in bytes of the port's queues."""
+        total = self.buffer if self.buffer is not None else self.buffer_packets * (mtu + ETH_HLEN)
+        xoff = self.pause.xoff if self.pause.xoff is not None else total // 2
+        xon = self.pause.xon if self.pause.xon is not None else min(xoff, total // 4)
+        return xoff, xon
 
     @model_validator(mode="before")
     @classmethod
@@ -148,6 +169,12 @@ class Switch(_Model):
     def _one_buffer(self):
         if (self.buffer is None) == (self.buffer_packets is None):
             raise ValueError("give exactly one of switch.buffer (bytes) and switch.buffer_packets")
+        if self.pause.enabled and self.buffer is None:
+            raise ValueError("switch.pause needs switch.buffer in bytes (its thresholds are bytes)")
+        if self.pause.xoff is not None and self.buffer is not None and self.pause.xoff >= self.buffer:
+            raise ValueError(f"switch.pause.xoff must be below the buffer ({self.buffer} B)")
+        if self.pause.xon is not None and self.pause.xoff is not None and self.pause.xon > self.pause.xoff:
+            raise ValueError("switch.pause.xon must not be above switch.pause.xoff")
         return self
 
     def class_limits(self, mtu: int) -> list[int]:
@@ -205,14 +232,36 @@ class Workload(_Model):
         return [base + (1 if i < extra else 0) for i in range(senders)]
 
 
+def _sample(value):
+    text = str(value).strip().lower()
+    if text == "all" or re.fullmatch(r"1/[1-9][0-9]*", text):
+        return text
+    m = re.fullmatch(r"(change|above):(.+)", text)
+    if m:
+        return f"{m.group(1)}:{parse_size(m.group(2))}"
+    raise ValueError("use all, 1/N, change:SIZE or above:SIZE")
+
+
 class Telemetry(_Model):
     enabled: bool = False
+    sample: Annotated[str, BeforeValidator(_sample)] = Field(
+        "all", description="which dequeues are recorded (bmv2): all, 1/N, change:SIZE, above:SIZE")
     perf_buffer_pages: int = Field(4096, ge=8, le=65536, description="per-CPU perf ring for bpftrace")
+
+    def sample_mode(self) -> tuple[int, int]:
+        """(mode, parameter) as p4src/incast.p4 reads them: 1 all, 2 one in N,
+        3 on a change of SIZE bytes, 4 above SIZE bytes."""
+        if self.sample == "all":
+            return 1, 0
+        if self.sample.startswith("1/"):
+            return 2, int(self.sample[2:])
+        kind, size = self.sample.split(":")
+        return (3 if kind == "change" else 4), int(size)
 
 
 class Scenario(_Model):
     name: str = Field("incast", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-    dataplane: Literal["linux"] = "linux"
+    dataplane: Literal["linux", "bmv2"] = "linux"
     topology: Topology = Topology()
     link: Link = Link()
     switch: Switch = Switch()
@@ -223,6 +272,8 @@ class Scenario(_Model):
     @model_validator(mode="after")
     def _fits(self):
         self.switch.class_limits(self.link.mtu)   # raises with a clear message
+        if self.switch.pause.enabled and self.dataplane != "bmv2":
+            raise ValueError("switch.pause needs dataplane bmv2 (a Linux bridge sends no PAUSE frames)")
         if self.workload.kind == "fixed-block" and self.workload.block < self.topology.senders:
             raise ValueError("workload.block is smaller than one byte per server")
         return self
@@ -270,6 +321,11 @@ ALIASES = {
     "dupack_threshold": "tcp.dupack_threshold",
     "initcwnd": "tcp.initcwnd",
     "telemetry": "telemetry.enabled",
+    "telemetry_sample": "telemetry.sample",
+    "switch": "dataplane",
+    "pause": "switch.pause.enabled",
+    "xoff": "switch.pause.xoff",
+    "xon": "switch.pause.xon",
 }
 
 

@@ -60,4 +60,7 @@ def get(name: str):
     if name == "linux":
         from .linux import LinuxDataPlane
         return LinuxDataPlane
+    if name == "bmv2":
+        from .bmv2 import Bmv2DataPlane
+        return Bmv2DataPlane
     raise ValueError(f"unknown data plane {name!r}")

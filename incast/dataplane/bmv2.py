@@ -1,0 +1,396 @@
+"""The ``bmv2`` data plane: each switch is a ``simple_switch`` running p4src/incast.p4.
+
+Where the queue is. bmv2 keeps its egress queues itself (depth in packets, rate in
+packets per second per priority queue). The P4 program decides admission against
+byte limits of its own, so the buffer is exact in bytes; bmv2's depth is set above
+that as a backstop. The switch's veth ports have no qdisc that could queue (they are
+plain veth, noqueue), so bmv2's queue is the only one on the path through the switch.
+
+Known limits of bmv2 that the design follows: rates are packets per second, set per
+priority queue (so with traffic in several classes at once a port can exceed its
+link rate); a refused packet is invisible to bmv2's own counters (incast.p4 counts
+it); a queue cannot be held for PAUSE (hosts run hosts/pause_agent.py); queues are
+configured over Thrift (simple_switch_CLI), not P4Runtime.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from mininet.node import Switch
+
+from ..probe import MissingFeature
+from ..scenario import ETH_HLEN
+from ..telemetry import TelemetryResult, _ip_key, _typed, empty_table
+from . import DataPlane
+from .linux import WIRE_OVERHEAD, offloads_off_commands, switch_ports
+
+REPO = Path(__file__).resolve().parents[2]
+P4_SOURCE = REPO / "p4src" / "incast.p4"
+BUILD_DIR = REPO / "build" / "p4"
+MIN_VERSION = (1, 15, 1)          # per-priority queue depth/rate and the priority fix
+PRIORITY_QUEUES = 8
+TELEMETRY_PORT = 510
+TELEMETRY_SESSION = 1
+PAUSE_SESSION_BASE = 1000
+TELEMETRY_FRAME = 14 + 68 + 14 + 20 + 20   # the P4 program's truncate() length
+THRIFT_BASE_PORT = 9090
+CFG = {"switch_id": 0, "pause_on": 1, "xoff": 2, "xon": 3, "quanta": 4, "pause_us": 5,
+       "refresh_us": 6, "tel_mode": 7, "tel_n": 8, "tel_threshold": 9, "tel_delta": 10,
+       "first_port": 11, "last_port": 12}
+
+
+def tool(name: str) -> str | None:
+    return shutil.which(name)
+
+
+def bmv2_version() -> tuple[int, ...]:
+    exe = tool("simple_switch")
+    if not exe:
+        raise MissingFeature("bmv2 is not installed: simple_switch is not on PATH "
+                             "(p4lang's packages provide it; the Vagrant VM installs them)")
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", out)
+    if not m:
+        raise MissingFeature(f"cannot tell bmv2's version from {out!r}")
+    version = tuple(int(x) for x in m.groups())
+    if version < MIN_VERSION:
+        raise MissingFeature(f"bmv2 {out} is too old: {'.'.join(map(str, MIN_VERSION))} or newer is needed "
+                             "(per-priority queue depth and rate)")
+    return version
+
+
+def compile_program() -> Path:
+    """p4c-bm2-ss output for p4src/incast.p4, built once per source and compiler."""
+    p4c = tool("p4c-bm2-ss")
+    source = P4_SOURCE.read_bytes()
+    if p4c:
+        version = subprocess.run([p4c, "--version"], capture_output=True, text=True).stdout.strip()
+        key = hashlib.sha256(source + version.encode()).hexdigest()[:16]
+    else:
+        key = None
+    out_dir = BUILD_DIR / (key or "none")
+    json_path = out_dir / "incast.json"
+    if key and json_path.is_file():
+        return json_path
+    if not p4c:
+        cached = sorted(BUILD_DIR.glob("*/incast.json"), key=lambda p: p.stat().st_mtime)
+        src_hash = hashlib.sha256(source).hexdigest()
+        for path in reversed(cached):
+            if (path.parent / "source.sha256").read_text().strip() == src_hash:
+                return path
+        raise MissingFeature("p4c is not installed (p4c-bm2-ss not on PATH) and p4src/incast.p4 "
+                             "has not been compiled before")
+    tmp = out_dir.with_suffix(".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    r = subprocess.run([p4c, "--std", "p4-16", "--arch", "v1model", "-o", str(tmp / "incast.json"),
+                        "--p4runtime-files", str(tmp / "incast.p4info.txtpb"), str(P4_SOURCE)],
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"p4c failed on {P4_SOURCE}: {r.stderr.strip()[-2000:]}")
+    (tmp / "source.sha256").write_text(hashlib.sha256(source).hexdigest() + "\n")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.rename(out_dir)
+    return json_path
+
+
+class Bmv2Switch(Switch):
+    """A Mininet switch that is a simple_switch process running incast.p4.
+
+    Port n of the switch is Mininet's port n; port 510 is the telemetry port, a veth
+    whose other end (<name>-telc) the collector reads."""
+
+    def __init__(self, name, json_path=None, device_id=0, log_dir=None, **params):
+        Switch.__init__(self, name, **params)
+        self.json_path = json_path
+        self.device_id = device_id
+        self.thrift_port = THRIFT_BASE_PORT + device_id
+        self.log_dir = Path(log_dir) if log_dir else None
+        self.proc = None
+        self.tel_intf = f"{name}-tel"
+        self.collector_intf = f"{name}-telc"
+
+    def start(self, controllers):
+        subprocess.run(["ip", "link", "add", self.tel_intf, "type", "veth", "peer", "name",
+                        self.collector_intf], check=True, capture_output=True)
+        ports = [(self.ports[i], i.name) for i in self.intfList() if i.name != "lo"]
+        cmds = [f"ip link set dev {n} up" for _, n in ports] + \
+               [f"ip link set dev {self.tel_intf} up", f"ip link set dev {self.collector_intf} up"]
+        cmds += [offloads_off_commands(n) for n in [n for _, n in ports] + [self.tel_intf, self.collector_intf]]
+        subprocess.run(["sh", "-c", "; ".join(cmds)], check=False)
+        args = [tool("simple_switch"), "--device-id", str(self.device_id), "--thrift-port",
+                str(self.thrift_port), "--log-console", "-L", "info"]
+        for number, intf in sorted(ports):
+            args += ["-i", f"{number}@{intf}"]
+        args += ["-i", f"{TELEMETRY_PORT}@{self.tel_intf}", str(self.json_path),
+                 "--", "--priority-queues", str(PRIORITY_QUEUES)]
+        log = open(self.log_dir / f"{self.name}.bmv2.log", "wb") if self.log_dir else subprocess.DEVNULL
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        ready = threading.Event()
+
+        def pump():
+            for line in self.proc.stdout:
+                if log is not subprocess.DEVNULL:
+                    log.write(line)
+                    log.flush()
+                if b"Thrift server was started" in line:
+                    ready.set()
+            ready.set()
+        threading.Thread(target=pump, daemon=True).start()
+        if not ready.wait(60) or self.proc.poll() is not None:
+            raise RuntimeError(f"simple_switch for {self.name} did not start (see {self.name}.bmv2.log)")
+
+    def stop(self, deleteIntfs=True):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        subprocess.run(["ip", "link", "del", self.tel_intf], capture_output=True)
+        super().stop(deleteIntfs)
+
+    def cli(self, commands: list[str]) -> str:
+        """Run simple_switch_CLI commands (Thrift, on this namespace's loopback)."""
+        r = subprocess.run([tool("simple_switch_CLI"), "--thrift-port", str(self.thrift_port)],
+                           input="\n".join(commands) + "\n", capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"simple_switch_CLI on {self.name} failed: {r.stderr.strip()[-500:]}")
+        errors = [ln for ln in r.stdout.splitlines() if "Error" in ln or "Invalid" in ln]
+        if errors:
+            raise RuntimeError(f"simple_switch_CLI on {self.name}: {errors[0]}")
+        return r.stdout
+
+
+def link_pps(rate_bps: int, mtu: int) -> int:
+    """bmv2 paces queues in packets per second: full-size frames at the link rate."""
+    return max(1, int(rate_bps / (8 * (mtu + ETH_HLEN + WIRE_OVERHEAD))))
+
+
+def mac_int(mac: str) -> int:
+    return int(mac.replace(":", ""), 16)
+
+
+class Bmv2DataPlane(DataPlane):
+    name = "bmv2"
+
+    def __init__(self, scenario, features):
+        super().__init__(scenario, features)
+        self.version = bmv2_version()
+        if not tool("simple_switch_CLI"):
+            raise MissingFeature("simple_switch_CLI is not on PATH (it comes with bmv2)")
+        self.json_path = compile_program()
+        self.log_dir = None
+        self.switches = []
+
+    def switch_class(self):
+        dp = self
+
+        class _Switch(Bmv2Switch):
+            def __init__(self, name, **params):
+                dp.switches.append(self)
+                super().__init__(name, json_path=dp.json_path, device_id=len(dp.switches) - 1,
+                                 log_dir=dp.log_dir, **params)
+        return _Switch
+
+    def commands(self, sw: Bmv2Switch, net) -> list[str]:
+        s = self.scenario
+        mtu = s.link.mtu
+        limits = s.switch.class_limits(mtu)
+        pps = link_pps(s.link.rate, mtu)
+        host_ports = [p for p in self.ports if p.switch == sw.name]
+        numbers = [p.number for p in host_ports]
+        cmds = []
+        for p in host_ports:
+            for c, limit in enumerate(limits):
+                prio = PRIORITY_QUEUES - 1 - c
+                backstop = limit // 60 + 8   # more packets than the byte limit can ever admit
+                cmds.append(f"set_queue_depth {backstop} {p.number} {prio}")
+                cmds.append(f"set_queue_rate {pps} {p.number} {prio}")
+                cmds.append(f"register_write limit_bytes {p.number * 8 + c} {limit}")
+        for prio in range(PRIORITY_QUEUES):
+            cmds.append(f"set_queue_depth 16384 {TELEMETRY_PORT} {prio}")
+        for h in net.hosts:
+            for p in host_ports:
+                if p.peer == h.name:
+                    cmds.append(f"table_add IncastIngress.l2_forward IncastIngress.set_egress {h.MAC()} => {p.number}")
+        cmds += ["mc_mgrp_create 1", "mc_node_create 0 " + " ".join(map(str, numbers)), "mc_node_associate 1 0"]
+        for dscp, c in enumerate(s.switch.qos.dscp_table()):
+            if c:
+                cmds.append(f"table_add IncastIngress.classify_dscp IncastIngress.set_class {dscp} => {c}")
+        xoff, xon = s.switch.pause_thresholds(mtu)
+        quanta = s.switch.pause.quanta
+        pause_us = int(quanta * 512 / s.link.rate * 1e6)
+        mode, param = s.telemetry.sample_mode() if s.telemetry.enabled else (0, 0)
+        cfg = {"switch_id": sw.device_id, "pause_on": int(s.switch.pause.enabled), "xoff": xoff, "xon": xon,
+               "quanta": quanta, "pause_us": pause_us, "refresh_us": pause_us // 2,
+               "tel_mode": mode, "tel_n": param if mode == 2 else 1,
+               "tel_threshold": param if mode == 4 else 0, "tel_delta": param if mode == 3 else 0,
+               "first_port": min(numbers), "last_port": max(numbers)}
+        cmds += [f"register_write cfg {CFG[k]} {v}" for k, v in cfg.items()]
+        cmds.append(f"mirroring_add {TELEMETRY_SESSION} {TELEMETRY_PORT}")
+        for p in host_ports:
+            cmds.append(f"mirroring_add {PAUSE_SESSION_BASE + p.number} {p.number}")
+            cmds.append(f"register_write IncastEgress.port_mac {p.number} {mac_int(sw.intf(p.name).MAC())}")
+        return cmds
+
+    def configure(self, net, topo) -> None:
+        self.ports = switch_ports(net)
+        scripts = []
+        for sw in self.switches:
+            cmds = self.commands(sw, net)
+            sw.cli(cmds)
+            scripts.append(f"# {sw.name} (thrift port {sw.thrift_port})\n" + "\n".join(cmds))
+        self.cli_script = "\n".join(scripts) + "\n"
+
+    def _read(self, sw, names_idx: list[tuple[str, int]]) -> list[str]:
+        out = sw.cli([f"{'counter_read' if kind == 'c' else 'register_read'} {name} {i}"
+                      for kind, name, i in names_idx])
+        return [ln for ln in out.splitlines() if "=" in ln and "[" in ln]
+
+    def queue_counters(self) -> pd.DataFrame:
+        limits = self.scenario.switch.class_limits(self.scenario.link.mtu)
+        rows = []
+        for sw in self.switches:
+            ports = [p for p in self.ports if p.switch == sw.name]
+            reads = []
+            for p in ports:
+                for c in range(len(limits)):
+                    i = p.number * 8 + c
+                    reads += [("c", "IncastEgress.tx", i), ("c", "IncastIngress.drops", i),
+                              ("r", "occ_bytes", i)]
+            lines = self._read(sw, reads)
+            values = [_parse_value(ln) for ln in lines]
+            k = 0
+            for p in ports:
+                for c, limit in enumerate(limits):
+                    tx, drops, occ = values[k], values[k + 1], values[k + 2]
+                    k += 3
+                    rows.append({"switch": sw.name, "port": p.name, "peer": p.peer, "queue": c,
+                                 "sent_packets": tx[0], "sent_bytes": tx[1], "drops": drops[0],
+                                 "overlimits": 0, "backlog_bytes": occ[0], "backlog_packets": -1,
+                                 "limit": limit, "limit_unit": "bytes"})
+        return pd.DataFrame(rows)
+
+    def pause_counters(self) -> dict:
+        """PAUSE frames the switches sent: at XOFF, refreshes, and XON (quanta 0)."""
+        out = {"pause_xoff": 0, "pause_refresh": 0, "pause_xon": 0, "mac_control_rx": 0}
+        names = {"IncastIngress.pause_tx": "pause_xoff", "IncastEgress.pause_refresh_tx": "pause_refresh",
+                 "IncastEgress.xon_tx": "pause_xon", "IncastIngress.mac_control_rx": "mac_control_rx"}
+        for sw in self.switches:
+            numbers = [p.number for p in self.ports if p.switch == sw.name]
+            reads = [("c", n, i) for n in names for i in numbers]
+            for (_, name, _), line in zip(reads, self._read(sw, reads)):
+                out[names[name]] += _parse_value(line)[0]
+        return out
+
+    def telemetry(self, run_dir, host_of_ip: dict[str, str], world_inode: int):
+        return Bmv2Collector(run_dir, self.switches, self.ports, host_of_ip)
+
+
+def _parse_value(line: str) -> tuple[int, int]:
+    m = re.search(r"packets=(\d+), bytes=(\d+)", line)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    return int(line.split("=", 1)[1].strip()), 0
+
+
+class Bmv2Collector:
+    """Reads the telemetry frames at each switch's telemetry port into the telemetry
+    table. Records are decoded in bulk with the layout of incast.layers.IncastTelemetry;
+    lost records are counted from sequence gaps and from the socket's own drops."""
+
+    def __init__(self, run_dir, switches, ports, host_of_ip):
+        self.run_dir = Path(run_dir)
+        self.switches = switches
+        self.ports = {(p.switch, p.number): p.name for p in ports}
+        self.host_of_ip = host_of_ip
+        self.socks, self.threads = [], []
+        self.frames: dict[str, list] = {}
+        self.stop_flag = threading.Event()
+
+    def start(self, timeout: float = 60.0) -> None:
+        for sw in self.switches:
+            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x88B5))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 20)
+            s.bind((sw.collector_intf, 0x88B5))
+            s.settimeout(0.1)
+            self.socks.append(s)
+            buf: list = []
+            self.frames[sw.name] = buf
+            t = threading.Thread(target=self._read, args=(s, buf), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def _read(self, s, buf):
+        while True:
+            try:
+                frame = s.recv(2048)
+            except socket.timeout:
+                if self.stop_flag.is_set():
+                    return   # asked to stop and the socket is drained
+                continue
+            buf.append((time.monotonic_ns(), frame.ljust(TELEMETRY_FRAME, b"\0")[:TELEMETRY_FRAME]))
+
+    def stop(self, t0_ns: int) -> TelemetryResult:
+        # The traffic has ended: each reader returns at its first idle timeout.
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join()
+        lost = 0
+        for s in self.socks:
+            # struct tpacket_stats {packets, drops}: the socket's own losses.
+            packets, drops = struct.unpack("II", s.getsockopt(263, 6, 8))   # SOL_PACKET, PACKET_STATISTICS
+            lost += drops
+            s.close()
+        tables = []
+        from ..layers import decode_records
+        for sw in self.switches:
+            buf = self.frames[sw.name]
+            if not buf:
+                continue
+            recv = np.array([t for t, _ in buf], dtype=np.int64)
+            rec = decode_records(b"".join(f for _, f in buf), TELEMETRY_FRAME)
+            seq = np.sort(rec["seq"])
+            lost += int(seq[-1] - seq[0] + 1 - len(np.unique(seq)))
+            tables.append(self._table(sw, rec, recv, t0_ns))
+        table = pd.concat(tables, ignore_index=True) if tables else empty_table()
+        table = table.sort_values("time_us", kind="stable").reset_index(drop=True)
+        return TelemetryResult(table=_typed(table), lost=lost,
+                               notes=[] if lost == 0 else [f"{lost} telemetry records lost"])
+
+    def _table(self, sw, rec, recv_ns, t0_ns) -> pd.DataFrame:
+        # The switch's clock (us since it started) to CLOCK_MONOTONIC: the smallest
+        # difference between a record's arrival and its dequeue time.
+        offset_us = float(np.min(recv_ns / 1000.0 - rec["deq_ts"]))
+        names = {_ip_key(ip): h for ip, h in self.host_of_ip.items()}
+        # saddr arrives big-endian decoded: turn it into the host-order key bpftrace uses.
+        sa = rec["saddr"].astype(np.uint32).byteswap().astype(np.int64)
+        da = rec["daddr"].astype(np.uint32).byteswap().astype(np.int64)
+        src = pd.Series(sa).map(names).fillna("?")
+        dst = pd.Series(da).map(names).fillna("?")
+        flow = np.where(sa == 0, "-", src + ">" + dst)
+        port = [self.ports.get((sw.name, int(p)), f"port{int(p)}") for p in rec["egress_port"]]
+        drop = rec["event"] == 1
+        base = {"switch": sw.name, "port": port, "queue": rec["queue"], "flow": flow,
+                "pkt_len": rec["pkt_len"]}
+        to_us = lambda ts: ts + offset_us - t0_ns / 1000.0  # noqa: E731
+        enq = pd.DataFrame({**base, "time_us": to_us(rec["enq_ts"]), "event": "enqueue",
+                            "packets": rec["enq_qdepth"], "bytes": rec["occ_enq_bytes"],
+                            "sojourn_us": np.nan, "port_packets": -1, "port_bytes": rec["port_enq_bytes"]})[~drop]
+        deq = pd.DataFrame({**base, "time_us": to_us(rec["deq_ts"]), "event": "dequeue",
+                            "packets": rec["deq_qdepth"], "bytes": rec["occ_deq_bytes"],
+                            "sojourn_us": rec["deq_timedelta"].astype(float), "port_packets": -1,
+                            "port_bytes": rec["port_deq_bytes"]})[~drop]
+        drp = pd.DataFrame({**base, "time_us": to_us(rec["deq_ts"]), "event": "drop",
+                            "packets": rec["enq_qdepth"], "bytes": rec["occ_enq_bytes"],
+                            "sojourn_us": np.nan, "port_packets": -1, "port_bytes": rec["port_enq_bytes"]})[drop]
+        return pd.concat([enq, deq, drp], ignore_index=True)

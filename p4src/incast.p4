@@ -1,0 +1,645 @@
+/* incast.p4 -- a shallow-buffered Ethernet switch for incast experiments (v1model, bmv2).
+ *
+ * What it adds to plain L2 forwarding:
+ *   - class queues: DSCP (or 802.1Q PCP) -> class c -> bmv2 priority queue 7 - c,
+ *     so class 0 is served first (strict priority);
+ *   - a byte-accurate egress buffer per (port, class): bmv2 counts queue depth in
+ *     packets, so admission is decided here against a byte occupancy kept in
+ *     registers (added at admission, removed when the packet leaves), with bmv2's
+ *     own depth set above it only as a backstop; every refusal is counted;
+ *   - 802.3x PAUSE: when a port's occupancy passes XOFF, the ports whose traffic
+ *     fills it get PAUSE frames (refreshed before they expire) and quanta 0 once
+ *     the occupancy falls below XON; received PAUSE/PFC frames are never forwarded;
+ *   - queue telemetry: egress-to-egress (and, for drops, ingress-to-egress) clones to
+ *     a collector port, truncated, carrying the incast_tel_t header.
+ *
+ * The control plane (incast/dataplane/bmv2.py) fills the tables and registers from
+ * the scenario. Register indexes are port * 8 + class.
+ */
+#include <core.p4>
+#include <v1model.p4>
+
+const bit<16> ETHERTYPE_IPV4 = 0x0800;
+const bit<16> ETHERTYPE_VLAN = 0x8100;
+const bit<16> ETHERTYPE_MAC_CONTROL = 0x8808;
+const bit<16> ETHERTYPE_TELEMETRY = 0x88B5;   /* IEEE local experimental */
+const bit<16> MAC_CONTROL_PAUSE = 0x0001;
+const bit<16> MAC_CONTROL_PFC = 0x0101;
+const bit<8>  PROTO_TCP = 6;
+const bit<8>  PROTO_UDP = 17;
+
+const bit<32> NPORTS = 512;
+const bit<32> NQUEUES = 4096;                   /* NPORTS * 8 classes */
+const bit<32> TELEMETRY_SESSION = 1;            /* mirror session to the collector port */
+const bit<32> PAUSE_SESSION_BASE = 1000;        /* session 1000 + p sends to port p */
+const bit<8>  FL_CLONE = 1;                     /* field list preserved in clones */
+
+const bit<8> CLONE_NONE = 0;
+const bit<8> CLONE_TELEMETRY = 1;
+const bit<8> CLONE_PAUSE = 2;
+
+const bit<8> EVENT_DEQUEUE = 0;
+const bit<8> EVENT_DROP = 1;
+
+/* Configuration registers (cfg[i]), written by the control plane. */
+const bit<32> CFG_SWITCH_ID = 0;
+const bit<32> CFG_PAUSE_ON = 1;
+const bit<32> CFG_XOFF = 2;          /* bytes in the port's queues */
+const bit<32> CFG_XON = 3;
+const bit<32> CFG_QUANTA = 4;        /* pause quanta sent at XOFF (512 bit-times each) */
+const bit<32> CFG_PAUSE_US = 5;      /* how long those quanta last at the link rate */
+const bit<32> CFG_REFRESH_US = 6;    /* refresh a pause this long before it expires */
+const bit<32> CFG_TEL_MODE = 7;      /* 0 off, 1 every packet, 2 one in N, 3 on change, 4 above threshold */
+const bit<32> CFG_TEL_N = 8;
+const bit<32> CFG_TEL_THRESHOLD = 9; /* bytes (mode 4) */
+const bit<32> CFG_TEL_DELTA = 10;    /* bytes (mode 3) */
+const bit<32> CFG_FIRST_PORT = 11;   /* host ports are FIRST..LAST (PAUSE round robin) */
+const bit<32> CFG_LAST_PORT = 12;
+
+const bit<8> TEL_OFF = 0;
+const bit<8> TEL_ALL = 1;
+const bit<8> TEL_ONE_IN_N = 2;
+const bit<8> TEL_ON_CHANGE = 3;
+const bit<8> TEL_ABOVE = 4;
+
+typedef bit<48> mac_t;
+
+header ethernet_t {
+    mac_t   dst;
+    mac_t   src;
+    bit<16> etherType;
+}
+
+header vlan_t {
+    bit<3>  pcp;
+    bit<1>  dei;
+    bit<12> vid;
+    bit<16> etherType;
+}
+
+header mac_control_t {
+    bit<16> opcode;
+}
+
+header pause_t {
+    bit<16> quanta;
+}
+
+header pfc_t {
+    bit<16> class_enable;
+    bit<128> quanta;      /* 8 x 16-bit quanta, class 0 first */
+}
+
+header pad_t {
+    bit<336> zeros;       /* 42 bytes: a PAUSE frame is 60 bytes before the FCS */
+}
+
+header ipv4_t {
+    bit<4>  version;
+    bit<4>  ihl;
+    bit<6>  dscp;
+    bit<2>  ecn;
+    bit<16> totalLen;
+    bit<16> identification;
+    bit<3>  flags;
+    bit<13> fragOffset;
+    bit<8>  ttl;
+    bit<8>  protocol;
+    bit<16> hdrChecksum;
+    bit<32> srcAddr;
+    bit<32> dstAddr;
+}
+
+header tcp_t {
+    bit<16> srcPort;
+    bit<16> dstPort;
+    bit<32> seqNo;
+    bit<32> ackNo;
+    bit<4>  dataOffset;
+    bit<4>  res;
+    bit<8>  flags;
+    bit<16> window;
+    bit<16> checksum;
+    bit<16> urgentPtr;
+}
+
+header udp_t {
+    bit<16> srcPort;
+    bit<16> dstPort;
+    bit<16> length;
+    bit<16> checksum;
+}
+
+/* Queue telemetry, 68 bytes, big-endian. The same layout is the Scapy layer
+ * incast.p4layers.IncastTelemetry: change both together. */
+header incast_tel_t {
+    bit<32> seq;             /* per switch, +1 per record: gaps are lost records */
+    bit<16> switch_id;
+    bit<16> ingress_port;
+    bit<16> egress_port;
+    bit<8>  queue;           /* class */
+    bit<8>  event;           /* 0 dequeue, 1 drop */
+    bit<32> enq_qdepth;      /* bmv2's queue depth in packets at enqueue */
+    bit<32> deq_qdepth;      /* ... at dequeue */
+    bit<32> occ_enq_bytes;   /* class queue bytes after admission (drop: before) */
+    bit<32> occ_deq_bytes;   /* class queue bytes after departure */
+    bit<32> port_enq_bytes;  /* all of the port's queues, after admission */
+    bit<32> port_deq_bytes;  /* ... after departure */
+    bit<32> deq_timedelta;   /* us in the queue */
+    bit<48> enq_ts;          /* us, switch clock */
+    bit<48> deq_ts;          /* us, switch clock (drop: time of refusal) */
+    bit<32> pkt_len;         /* bytes of the frame */
+    bit<32> flow_hash;       /* crc32 of the IPv4 5-tuple */
+    bit<32> saddr;
+    bit<32> daddr;
+}
+
+struct headers_t {
+    ethernet_t    tel_eth;
+    incast_tel_t  tel;
+    ethernet_t    ethernet;
+    vlan_t        vlan;
+    mac_control_t mac_control;
+    pause_t       pause;
+    pfc_t         pfc;
+    pad_t         pad;
+    ipv4_t        ipv4;
+    tcp_t         tcp;
+    udp_t         udp;
+}
+
+struct metadata_t {
+    @field_list(FL_CLONE) bit<8>  clone_kind;
+    @field_list(FL_CLONE) bit<8>  event;
+    @field_list(FL_CLONE) bit<8>  qclass;
+    @field_list(FL_CLONE) bit<1>  accounted;
+    @field_list(FL_CLONE) bit<16> quanta;
+    @field_list(FL_CLONE) bit<16> in_port;
+    @field_list(FL_CLONE) bit<16> out_port;
+    @field_list(FL_CLONE) bit<32> pkt_len;
+    @field_list(FL_CLONE) bit<32> occ_enq;
+    @field_list(FL_CLONE) bit<32> occ_deq;
+    @field_list(FL_CLONE) bit<32> port_enq;
+    @field_list(FL_CLONE) bit<32> port_deq;
+    @field_list(FL_CLONE) bit<32> enq_qdepth;
+    @field_list(FL_CLONE) bit<32> deq_qdepth;
+    @field_list(FL_CLONE) bit<32> deq_timedelta;
+    @field_list(FL_CLONE) bit<48> enq_ts;
+    @field_list(FL_CLONE) bit<48> deq_ts;
+    @field_list(FL_CLONE) bit<32> flow_hash;
+    @field_list(FL_CLONE) bit<32> saddr;
+    @field_list(FL_CLONE) bit<32> daddr;
+    @field_list(FL_CLONE) mac_t   port_mac;
+}
+
+/* State shared by ingress (admission) and egress (departure). */
+register<bit<32>>(16) cfg;
+register<bit<32>>(NQUEUES) occ_bytes;          /* per (port, class) */
+register<bit<32>>(NQUEUES) limit_bytes;
+register<bit<32>>(NPORTS) port_bytes;          /* per port, all classes */
+register<bit<48>>(NPORTS) pause_until;         /* us; a port is paused while now < this */
+counter(1, CounterType.packets) telemetry_suppressed;
+
+/* ---------------------------------------------------------------- parser */
+parser IncastParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+                    inout standard_metadata_t std) {
+    state start {
+        pkt.extract(hdr.ethernet);
+        transition select(hdr.ethernet.etherType) {
+            ETHERTYPE_VLAN: parse_vlan;
+            ETHERTYPE_MAC_CONTROL: parse_mac_control;
+            ETHERTYPE_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+    state parse_vlan {
+        pkt.extract(hdr.vlan);
+        transition select(hdr.vlan.etherType) {
+            ETHERTYPE_MAC_CONTROL: parse_mac_control;
+            ETHERTYPE_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+    state parse_mac_control {
+        pkt.extract(hdr.mac_control);
+        transition select(hdr.mac_control.opcode) {
+            MAC_CONTROL_PAUSE: parse_pause;
+            MAC_CONTROL_PFC: parse_pfc;
+            default: accept;
+        }
+    }
+    state parse_pause {
+        pkt.extract(hdr.pause);
+        transition accept;
+    }
+    state parse_pfc {
+        pkt.extract(hdr.pfc);
+        transition accept;
+    }
+    state parse_ipv4 {
+        pkt.extract(hdr.ipv4);
+        transition select(hdr.ipv4.protocol) {
+            PROTO_TCP: parse_tcp;
+            PROTO_UDP: parse_udp;
+            default: accept;
+        }
+    }
+    state parse_tcp {
+        pkt.extract(hdr.tcp);
+        transition accept;
+    }
+    state parse_udp {
+        pkt.extract(hdr.udp);
+        transition accept;
+    }
+}
+
+control IncastVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply { }
+}
+
+/* --------------------------------------------------------------- ingress */
+control IncastIngress(inout headers_t hdr, inout metadata_t meta,
+                      inout standard_metadata_t std) {
+    counter(NQUEUES, CounterType.packets_and_bytes) drops;
+    counter(NPORTS, CounterType.packets) mac_control_rx;
+    counter(NPORTS, CounterType.packets) pause_tx;
+
+    action drop() {
+        mark_to_drop(std);
+    }
+    action set_egress(bit<9> port) {
+        std.egress_spec = port;
+    }
+    action flood() {
+        std.mcast_grp = 1;
+    }
+    table l2_forward {
+        key = { hdr.ethernet.dst: exact; }
+        actions = { set_egress; flood; drop; }
+        default_action = flood();
+        size = 1024;
+    }
+
+    action set_class(bit<8> qclass) {
+        meta.qclass = qclass;
+    }
+    table classify_dscp {
+        key = { hdr.ipv4.dscp: exact; }
+        actions = { set_class; NoAction; }
+        default_action = NoAction();   /* unmapped DSCPs stay in class 0 */
+        size = 64;
+    }
+    table classify_pcp {
+        key = { hdr.vlan.pcp: exact; }
+        actions = { set_class; NoAction; }
+        default_action = NoAction();
+        size = 8;
+    }
+
+    apply {
+        if (hdr.mac_control.isValid()) {
+            /* PAUSE and PFC are link-local: consumed here, never forwarded. */
+            mac_control_rx.count((bit<32>)std.ingress_port);
+            mark_to_drop(std);
+            return;
+        }
+        meta.qclass = 0;
+        if (hdr.vlan.isValid()) {
+            classify_pcp.apply();
+        }
+        if (hdr.ipv4.isValid()) {
+            classify_dscp.apply();
+            meta.saddr = hdr.ipv4.srcAddr;
+            meta.daddr = hdr.ipv4.dstAddr;
+            if (hdr.tcp.isValid()) {
+                hash(meta.flow_hash, HashAlgorithm.crc32, (bit<32>)0,
+                     { hdr.ipv4.srcAddr, hdr.ipv4.dstAddr, hdr.ipv4.protocol,
+                       hdr.tcp.srcPort, hdr.tcp.dstPort }, (bit<32>)0xffffffff);
+            } else if (hdr.udp.isValid()) {
+                hash(meta.flow_hash, HashAlgorithm.crc32, (bit<32>)0,
+                     { hdr.ipv4.srcAddr, hdr.ipv4.dstAddr, hdr.ipv4.protocol,
+                       hdr.udp.srcPort, hdr.udp.dstPort }, (bit<32>)0xffffffff);
+            }
+        }
+        /* bmv2 serves the highest priority number first: class 0 -> queue 7. */
+        std.priority = (bit<3>)(7 - meta.qclass);
+        meta.pkt_len = std.packet_length;
+        meta.in_port = (bit<16>)std.ingress_port;
+        l2_forward.apply();
+        if (std.mcast_grp != 0 || std.egress_spec == 511) {
+            return;   /* floods (ARP) and drops are not buffered against the limits */
+        }
+
+        /* Admission against the byte limit of (egress port, class). */
+        bit<32> q = (bit<32>)std.egress_spec * 8 + (bit<32>)meta.qclass;
+        bit<32> p = (bit<32>)std.egress_spec;
+        bit<32> occ;
+        bit<32> lim;
+        bit<32> port_occ;
+        bool admitted = false;
+        @atomic {
+            occ_bytes.read(occ, q);
+            limit_bytes.read(lim, q);
+            port_bytes.read(port_occ, p);
+            if (occ + meta.pkt_len <= lim) {
+                occ = occ + meta.pkt_len;
+                port_occ = port_occ + meta.pkt_len;
+                occ_bytes.write(q, occ);
+                port_bytes.write(p, port_occ);
+                admitted = true;
+            }
+        }
+        meta.out_port = (bit<16>)std.egress_spec;
+        meta.occ_enq = occ;
+        meta.port_enq = port_occ;
+        meta.enq_ts = std.ingress_global_timestamp;
+
+        bit<32> tel_mode;
+        cfg.read(tel_mode, CFG_TEL_MODE);
+        if (admitted) {
+            meta.accounted = 1;
+        } else {
+            drops.count(q);
+            mark_to_drop(std);
+            if (tel_mode != 0) {
+                meta.clone_kind = CLONE_TELEMETRY;
+                meta.event = EVENT_DROP;
+                meta.deq_ts = std.ingress_global_timestamp;
+            }
+        }
+
+        /* 802.3x: pause the sender of traffic that fills a port past XOFF. */
+        bit<32> pause_on;
+        bit<32> xoff;
+        cfg.read(pause_on, CFG_PAUSE_ON);
+        cfg.read(xoff, CFG_XOFF);
+        if (pause_on != 0 && port_occ > xoff) {
+            bit<32> refresh_us;
+            bit<32> pause_us;
+            bit<32> quanta;
+            bit<48> until;
+            cfg.read(refresh_us, CFG_REFRESH_US);
+            cfg.read(pause_us, CFG_PAUSE_US);
+            cfg.read(quanta, CFG_QUANTA);
+            bit<32> src = (bit<32>)std.ingress_port;
+            bit<48> now = std.ingress_global_timestamp;
+            bool send = false;
+            @atomic {
+                pause_until.read(until, src);
+                if (now + (bit<48>)refresh_us >= until) {
+                    pause_until.write(src, now + (bit<48>)pause_us);
+                    send = true;
+                }
+            }
+            if (send) {
+                if (meta.clone_kind == CLONE_TELEMETRY) {
+                    telemetry_suppressed.count(0);   /* one clone per packet: PAUSE wins */
+                }
+                meta.clone_kind = CLONE_PAUSE;
+                meta.quanta = (bit<16>)quanta;
+                pause_tx.count(src);
+                clone_preserving_field_list(CloneType.I2E, PAUSE_SESSION_BASE + src, FL_CLONE);
+            }
+        }
+        if (meta.clone_kind == CLONE_TELEMETRY) {
+            clone_preserving_field_list(CloneType.I2E, TELEMETRY_SESSION, FL_CLONE);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- egress */
+control IncastEgress(inout headers_t hdr, inout metadata_t meta,
+                     inout standard_metadata_t std) {
+    register<bit<32>>(1) pause_rr;             /* next host port to look at */
+    register<bit<32>>(1) tel_seq;
+    register<bit<32>>(NPORTS) tel_count;       /* one-in-N sampling */
+    register<bit<32>>(NQUEUES) tel_last;       /* on-change sampling */
+    register<mac_t>(NPORTS) port_mac;
+    counter(NQUEUES, CounterType.packets_and_bytes) tx;
+    counter(NPORTS, CounterType.packets) xon_tx;
+    counter(NPORTS, CounterType.packets) pause_refresh_tx;
+
+    action to_pause_frame() {
+        /* A byte-exact 802.3x PAUSE frame: 01:80:C2:00:00:01, 0x8808, opcode 1. */
+        bit<48> mac;
+        port_mac.read(mac, (bit<32>)std.egress_port);
+        hdr.ethernet.setValid();
+        hdr.ethernet.dst = 0x0180C2000001;
+        hdr.ethernet.src = mac;
+        hdr.ethernet.etherType = ETHERTYPE_MAC_CONTROL;
+        hdr.vlan.setInvalid();
+        hdr.mac_control.setValid();
+        hdr.mac_control.opcode = MAC_CONTROL_PAUSE;
+        hdr.pause.setValid();
+        hdr.pause.quanta = meta.quanta;
+        hdr.pfc.setInvalid();
+        hdr.pad.setValid();
+        hdr.pad.zeros = 0;
+        hdr.ipv4.setInvalid();
+        hdr.tcp.setInvalid();
+        hdr.udp.setInvalid();
+        truncate(60);
+    }
+
+    action to_telemetry_record(bit<32> seq, bit<32> switch_id) {
+        hdr.tel_eth.setValid();
+        hdr.tel_eth.dst = 0xFFFFFFFFFFFF;
+        hdr.tel_eth.src = 0;
+        hdr.tel_eth.etherType = ETHERTYPE_TELEMETRY;
+        hdr.tel.setValid();
+        hdr.tel.seq = seq;
+        hdr.tel.switch_id = (bit<16>)switch_id;
+        hdr.tel.ingress_port = meta.in_port;
+        hdr.tel.egress_port = meta.out_port;
+        hdr.tel.queue = meta.qclass;
+        hdr.tel.event = meta.event;
+        hdr.tel.enq_qdepth = meta.enq_qdepth;
+        hdr.tel.deq_qdepth = meta.deq_qdepth;
+        hdr.tel.occ_enq_bytes = meta.occ_enq;
+        hdr.tel.occ_deq_bytes = meta.occ_deq;
+        hdr.tel.port_enq_bytes = meta.port_enq;
+        hdr.tel.port_deq_bytes = meta.port_deq;
+        hdr.tel.deq_timedelta = meta.deq_timedelta;
+        hdr.tel.enq_ts = meta.enq_ts;
+        hdr.tel.deq_ts = meta.deq_ts;
+        hdr.tel.pkt_len = meta.pkt_len;
+        hdr.tel.flow_hash = meta.flow_hash;
+        hdr.tel.saddr = meta.saddr;
+        hdr.tel.daddr = meta.daddr;
+        truncate(14 + 68 + 14 + 20 + 20);   /* record + the packet's Ethernet/IPv4/TCP headers */
+    }
+
+    apply {
+        if (std.instance_type == 1 || std.instance_type == 2) {   /* I2E or E2E clone */
+            if (meta.clone_kind == CLONE_PAUSE) {
+                to_pause_frame();
+            } else {
+                bit<32> seq;
+                bit<32> switch_id;
+                @atomic {
+                    tel_seq.read(seq, 0);
+                    tel_seq.write(0, seq + 1);
+                }
+                cfg.read(switch_id, CFG_SWITCH_ID);
+                to_telemetry_record(seq, switch_id);
+            }
+            return;
+        }
+        if (std.instance_type == 5 && std.egress_port == std.ingress_port) {
+            mark_to_drop(std);   /* a flood does not go back where it came from */
+            return;
+        }
+        if (meta.accounted == 0) {
+            return;
+        }
+
+        /* The packet leaves its class queue: release its bytes. */
+        bit<32> q = (bit<32>)std.egress_port * 8 + (bit<32>)meta.qclass;
+        bit<32> p = (bit<32>)std.egress_port;
+        bit<32> occ;
+        bit<32> port_occ;
+        @atomic {
+            occ_bytes.read(occ, q);
+            port_bytes.read(port_occ, p);
+            occ = occ - meta.pkt_len;
+            port_occ = port_occ - meta.pkt_len;
+            occ_bytes.write(q, occ);
+            port_bytes.write(p, port_occ);
+        }
+        tx.count(q);
+        meta.event = EVENT_DEQUEUE;
+        meta.occ_deq = occ;
+        meta.port_deq = port_occ;
+        meta.enq_qdepth = (bit<32>)std.enq_qdepth;
+        meta.deq_qdepth = (bit<32>)std.deq_qdepth;
+        meta.deq_timedelta = std.deq_timedelta;
+        meta.deq_ts = std.egress_global_timestamp;
+
+        /* PAUSE upkeep, one host port per departure (round robin): quanta 0 below
+         * XON, a refresh before expiry while still above XOFF. */
+        bit<32> pause_on;
+        cfg.read(pause_on, CFG_PAUSE_ON);
+        bool cloned = false;
+        if (pause_on != 0) {
+            bit<32> first;
+            bit<32> last;
+            bit<32> xon;
+            bit<32> xoff;
+            bit<32> refresh_us;
+            bit<32> pause_us;
+            bit<32> quanta;
+            cfg.read(first, CFG_FIRST_PORT);
+            cfg.read(last, CFG_LAST_PORT);
+            cfg.read(xon, CFG_XON);
+            cfg.read(xoff, CFG_XOFF);
+            cfg.read(refresh_us, CFG_REFRESH_US);
+            cfg.read(pause_us, CFG_PAUSE_US);
+            cfg.read(quanta, CFG_QUANTA);
+            bit<48> now = std.egress_global_timestamp;
+            bit<32> rr;
+            bit<48> until;
+            bit<8> action_kind = 0;   /* 1 XON, 2 refresh */
+            @atomic {
+                pause_rr.read(rr, 0);
+                if (rr < first || rr >= last) {
+                    pause_rr.write(0, first);
+                } else {
+                    pause_rr.write(0, rr + 1);
+                }
+                if (rr < first || rr > last) {
+                    rr = first;
+                }
+                pause_until.read(until, rr);
+                if (until > now) {
+                    if (port_occ <= xon) {
+                        pause_until.write(rr, 0);
+                        action_kind = 1;
+                    } else if (port_occ > xoff && until <= now + (bit<48>)refresh_us) {
+                        pause_until.write(rr, now + (bit<48>)pause_us);
+                        action_kind = 2;
+                    }
+                }
+            }
+            if (action_kind != 0) {
+                meta.clone_kind = CLONE_PAUSE;
+                if (action_kind == 1) {
+                    meta.quanta = 0;
+                    xon_tx.count(rr);
+                } else {
+                    meta.quanta = (bit<16>)quanta;
+                    pause_refresh_tx.count(rr);
+                }
+                clone_preserving_field_list(CloneType.E2E, PAUSE_SESSION_BASE + rr, FL_CLONE);
+                cloned = true;
+            }
+        }
+
+        /* Telemetry sampling. */
+        bit<32> mode;
+        cfg.read(mode, CFG_TEL_MODE);
+        bool sample = false;
+        if (mode == (bit<32>)TEL_ALL) {
+            sample = true;
+        } else if (mode == (bit<32>)TEL_ONE_IN_N) {
+            bit<32> n;
+            bit<32> count;
+            cfg.read(n, CFG_TEL_N);
+            @atomic {
+                tel_count.read(count, p);
+                count = count + 1;
+                if (count >= n) {
+                    count = 0;
+                    sample = true;
+                }
+                tel_count.write(p, count);
+            }
+        } else if (mode == (bit<32>)TEL_ON_CHANGE) {
+            bit<32> delta;
+            bit<32> last_occ;
+            cfg.read(delta, CFG_TEL_DELTA);
+            @atomic {
+                tel_last.read(last_occ, q);
+                if (occ >= last_occ + delta || occ + delta <= last_occ) {
+                    tel_last.write(q, occ);
+                    sample = true;
+                }
+            }
+        } else if (mode == (bit<32>)TEL_ABOVE) {
+            bit<32> threshold;
+            cfg.read(threshold, CFG_TEL_THRESHOLD);
+            sample = meta.occ_enq >= threshold;
+        }
+        if (sample) {
+            if (cloned) {
+                telemetry_suppressed.count(0);   /* the PAUSE clone took this packet's clone */
+            } else {
+                meta.clone_kind = CLONE_TELEMETRY;
+                clone_preserving_field_list(CloneType.E2E, TELEMETRY_SESSION, FL_CLONE);
+            }
+        }
+    }
+}
+
+control IncastComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply { }
+}
+
+control IncastDeparser(packet_out pkt, in headers_t hdr) {
+    apply {
+        pkt.emit(hdr.tel_eth);
+        pkt.emit(hdr.tel);
+        pkt.emit(hdr.ethernet);
+        pkt.emit(hdr.vlan);
+        pkt.emit(hdr.mac_control);
+        pkt.emit(hdr.pause);
+        pkt.emit(hdr.pfc);
+        pkt.emit(hdr.pad);
+        pkt.emit(hdr.ipv4);
+        pkt.emit(hdr.tcp);
+        pkt.emit(hdr.udp);
+    }
+}
+
+V1Switch(IncastParser(), IncastVerifyChecksum(), IncastIngress(), IncastEgress(),
+         IncastComputeChecksum(), IncastDeparser()) main;
