@@ -31,6 +31,7 @@ const bit<8>  PROTO_UDP = 17;
 const bit<32> NPORTS = 512;
 const bit<32> NQUEUES = 4096;                   /* NPORTS * 8 classes */
 const bit<32> TELEMETRY_SESSION = 1;            /* mirror session to the collector port */
+const bit<32> XON_SESSION = 2;                  /* mirror session to multicast group 2: every host port */
 const bit<32> PAUSE_SESSION_BASE = 1000;        /* session 1000 + p sends to port p */
 const bit<8>  FL_CLONE = 1;                     /* field list preserved in clones */
 
@@ -198,6 +199,7 @@ register<bit<32>>(NQUEUES) occ_bytes;          /* per (port, class) */
 register<bit<32>>(NQUEUES) limit_bytes;
 register<bit<32>>(NPORTS) port_bytes;          /* per port, all classes */
 register<bit<48>>(NPORTS) pause_until;         /* us; a port is paused while now < this */
+register<bit<1>>(1) pause_active;              /* some port may be paused: XON is due */
 counter(1, CounterType.packets) telemetry_suppressed;
 
 /* ---------------------------------------------------------------- parser */
@@ -393,6 +395,9 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
                 }
             }
             if (send) {
+                pause_active.write(0, 1);
+            }
+            if (send) {
                 if (meta.clone_kind == CLONE_TELEMETRY) {
                     telemetry_suppressed.count(0);   /* one clone per packet: PAUSE wins */
                 }
@@ -473,6 +478,18 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
     apply {
         if (std.instance_type == 1 || std.instance_type == 2) {   /* I2E or E2E clone */
             if (meta.clone_kind == CLONE_PAUSE) {
+                if (meta.quanta == 0) {
+                    /* An XON replica: only for ports that are paused. */
+                    bit<48> until;
+                    @atomic {
+                        pause_until.read(until, (bit<32>)std.egress_port);
+                        pause_until.write((bit<32>)std.egress_port, 0);
+                    }
+                    if (until <= std.egress_global_timestamp) {
+                        mark_to_drop(std);
+                        return;
+                    }
+                }
                 to_pause_frame();
             } else {
                 bit<32> seq;
@@ -516,62 +533,70 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         meta.deq_timedelta = std.deq_timedelta;
         meta.deq_ts = std.egress_global_timestamp;
 
-        /* PAUSE upkeep, one host port per departure (round robin): quanta 0 below
-         * XON, a refresh before expiry while still above XOFF. */
+        /* PAUSE upkeep. Below XON: one clone to multicast group 2 sends quanta 0 to
+         * every paused port at once. Above XOFF: refresh, one host port per departure
+         * (round robin), the pauses that are about to expire. */
         bit<32> pause_on;
         cfg.read(pause_on, CFG_PAUSE_ON);
         bool cloned = false;
         if (pause_on != 0) {
-            bit<32> first;
-            bit<32> last;
             bit<32> xon;
             bit<32> xoff;
-            bit<32> refresh_us;
-            bit<32> pause_us;
-            bit<32> quanta;
-            cfg.read(first, CFG_FIRST_PORT);
-            cfg.read(last, CFG_LAST_PORT);
             cfg.read(xon, CFG_XON);
             cfg.read(xoff, CFG_XOFF);
-            cfg.read(refresh_us, CFG_REFRESH_US);
-            cfg.read(pause_us, CFG_PAUSE_US);
-            cfg.read(quanta, CFG_QUANTA);
-            bit<48> now = std.egress_global_timestamp;
-            bit<32> rr;
-            bit<48> until;
-            bit<8> action_kind = 0;   /* 1 XON, 2 refresh */
+            bit<1> active;
+            bool release = false;
             @atomic {
-                pause_rr.read(rr, 0);
-                if (rr < first || rr >= last) {
-                    pause_rr.write(0, first);
-                } else {
-                    pause_rr.write(0, rr + 1);
-                }
-                if (rr < first || rr > last) {
-                    rr = first;
-                }
-                pause_until.read(until, rr);
-                if (until > now) {
-                    if (port_occ <= xon) {
-                        pause_until.write(rr, 0);
-                        action_kind = 1;
-                    } else if (port_occ > xoff && until <= now + (bit<48>)refresh_us) {
-                        pause_until.write(rr, now + (bit<48>)pause_us);
-                        action_kind = 2;
-                    }
+                pause_active.read(active, 0);
+                if (active == 1 && port_occ <= xon) {
+                    pause_active.write(0, 0);
+                    release = true;
                 }
             }
-            if (action_kind != 0) {
+            if (release) {
                 meta.clone_kind = CLONE_PAUSE;
-                if (action_kind == 1) {
-                    meta.quanta = 0;
-                    xon_tx.count(rr);
-                } else {
+                meta.quanta = 0;
+                xon_tx.count(p);
+                clone_preserving_field_list(CloneType.E2E, XON_SESSION, FL_CLONE);
+                cloned = true;
+            } else if (port_occ > xoff) {
+                bit<32> first;
+                bit<32> last;
+                bit<32> refresh_us;
+                bit<32> pause_us;
+                bit<32> quanta;
+                cfg.read(first, CFG_FIRST_PORT);
+                cfg.read(last, CFG_LAST_PORT);
+                cfg.read(refresh_us, CFG_REFRESH_US);
+                cfg.read(pause_us, CFG_PAUSE_US);
+                cfg.read(quanta, CFG_QUANTA);
+                bit<48> now = std.egress_global_timestamp;
+                bit<32> rr;
+                bit<48> until;
+                bool refresh = false;
+                @atomic {
+                    pause_rr.read(rr, 0);
+                    if (rr < first || rr >= last) {
+                        pause_rr.write(0, first);
+                    } else {
+                        pause_rr.write(0, rr + 1);
+                    }
+                    if (rr < first || rr > last) {
+                        rr = first;
+                    }
+                    pause_until.read(until, rr);
+                    if (until > now && until <= now + (bit<48>)refresh_us) {
+                        pause_until.write(rr, now + (bit<48>)pause_us);
+                        refresh = true;
+                    }
+                }
+                if (refresh) {
+                    meta.clone_kind = CLONE_PAUSE;
                     meta.quanta = (bit<16>)quanta;
                     pause_refresh_tx.count(rr);
+                    clone_preserving_field_list(CloneType.E2E, PAUSE_SESSION_BASE + rr, FL_CLONE);
+                    cloned = true;
                 }
-                clone_preserving_field_list(CloneType.E2E, PAUSE_SESSION_BASE + rr, FL_CLONE);
-                cloned = true;
             }
         }
 

@@ -42,6 +42,7 @@ MIN_VERSION = (1, 15, 1)          # per-priority queue depth/rate and the priori
 PRIORITY_QUEUES = 8
 TELEMETRY_PORT = 510
 TELEMETRY_SESSION = 1
+XON_SESSION = 2
 PAUSE_SESSION_BASE = 1000
 TELEMETRY_FRAME = 14 + 68 + 14 + 20 + 20   # the P4 program's truncate() length
 THRIFT_BASE_PORT = 9090
@@ -222,7 +223,11 @@ class Bmv2DataPlane(DataPlane):
             for p in host_ports:
                 if p.peer == h.name:
                     cmds.append(f"table_add IncastIngress.l2_forward IncastIngress.set_egress {h.MAC()} => {p.number}")
-        cmds += ["mc_mgrp_create 1", "mc_node_create 0 " + " ".join(map(str, numbers)), "mc_node_associate 1 0"]
+        ports = " ".join(map(str, numbers))
+        # Group 1 floods (ARP); group 2 carries XON (quanta 0) to every paused port at once.
+        cmds += ["mc_mgrp_create 1", f"mc_node_create 0 {ports}", "mc_node_associate 1 0",
+                 "mc_mgrp_create 2", f"mc_node_create 1 {ports}", "mc_node_associate 2 1",
+                 f"mirroring_add_mc {XON_SESSION} 2"]
         for dscp, c in enumerate(s.switch.qos.dscp_table()):
             if c:
                 cmds.append(f"table_add IncastIngress.classify_dscp IncastIngress.set_class {dscp} => {c}")

@@ -1,0 +1,261 @@
+"""Packet tests of p4src/incast.p4 on a running simple_switch, with Scapy frames.
+
+A scratch namespace holds the switch's ports (veth pairs: sN is the switch's port N,
+hN the wire end the test sends into and reads from) and the telemetry port (510).
+Skipped, saying why, where bmv2 or p4c is missing."""
+import concurrent.futures
+import os
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import needs_root
+
+pytestmark = [needs_root, pytest.mark.network, pytest.mark.p4]
+
+bmv2 = pytest.importorskip("incast.dataplane.bmv2")
+from incast.probe import MissingFeature  # noqa: E402
+from incast.resources import setns  # noqa: E402
+
+NPORTS = 4
+MACS = {n: f"02:00:00:00:00:{n:02x}" for n in range(1, NPORTS + 1)}
+SWITCH_MACS = {n: f"02:00:00:00:ff:{n:02x}" for n in range(1, NPORTS + 1)}
+
+
+def _require_bmv2():
+    try:
+        bmv2.bmv2_version()
+        return bmv2.compile_program()
+    except MissingFeature as e:
+        pytest.skip(str(e))
+
+
+class Rig:
+    """simple_switch running incast.p4 on NPORTS veth ports in a scratch namespace."""
+
+    def __init__(self, json_path):
+        self.ns = f"p4test-{uuid.uuid4().hex[:8]}"
+        subprocess.run(["ip", "netns", "add", self.ns], check=True)
+        self.pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, initializer=setns, initargs=(f"/run/netns/{self.ns}",))
+        links = [(f"s{n}", f"h{n}", SWITCH_MACS[n]) for n in range(1, NPORTS + 1)]
+        links.append(("s510", "h510", "02:00:00:00:ff:fe"))
+        cmds = []
+        for sw, wire, mac in links:
+            cmds += [f"link add {sw} address {mac} type veth peer name {wire}", f"link set {sw} up",
+                     f"link set {wire} up", f"link set {sw} mtu 9500", f"link set {wire} mtu 9500"]
+        subprocess.run(["ip", "-n", self.ns, "-batch", "-"], input="\n".join(cmds) + "\n", text=True, check=True)
+        for sw, wire, _ in links:
+            for dev in (sw, wire):
+                subprocess.run(["ip", "netns", "exec", self.ns, "ethtool", "-K", dev, "tso", "off", "gso", "off",
+                                "gro", "off", "tx", "off", "rx", "off"], capture_output=True)
+            subprocess.run(["ip", "netns", "exec", self.ns, "sysctl", "-qw", f"net.ipv6.conf.{wire}.disable_ipv6=1",
+                            f"net.ipv6.conf.{sw}.disable_ipv6=1"], capture_output=True)
+        args = ["ip", "netns", "exec", self.ns, bmv2.tool("simple_switch"), "--thrift-port", "9090",
+                "--log-console", "-L", "info"]
+        for n in range(1, NPORTS + 1):
+            args += ["-i", f"{n}@s{n}"]
+        args += ["-i", "510@s510", str(json_path), "--", "--priority-queues", "8"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        ready = threading.Event()
+        self.log = []
+
+        def pump():
+            for line in self.proc.stdout:
+                self.log.append(line)
+                if b"Thrift server was started" in line:
+                    ready.set()
+            ready.set()
+        threading.Thread(target=pump, daemon=True).start()
+        assert ready.wait(60) and self.proc.poll() is None, b"".join(self.log[-20:]).decode()
+        self.socks = {n: self.pool.submit(self._open, f"h{n}").result() for n in list(range(1, NPORTS + 1)) + [510]}
+        self.cli(self.base_config())
+
+    @staticmethod
+    def _open(dev):
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+        s.bind((dev, 0))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        return s
+
+    def base_config(self, limit=32768, pps=0):
+        cmds = []
+        for n in range(1, NPORTS + 1):
+            cmds.append(f"table_add IncastIngress.l2_forward IncastIngress.set_egress {MACS[n]} => {n}")
+            cmds.append(f"mirroring_add {bmv2.PAUSE_SESSION_BASE + n} {n}")
+            cmds.append(f"register_write IncastEgress.port_mac {n} {bmv2.mac_int(SWITCH_MACS[n])}")
+            for c in range(8):
+                cmds.append(f"register_write limit_bytes {n * 8 + c} {limit}")
+        ports = " ".join(str(n) for n in range(1, NPORTS + 1))
+        cmds += ["mc_mgrp_create 1", f"mc_node_create 0 {ports}", "mc_node_associate 1 0",
+                 "mc_mgrp_create 2", f"mc_node_create 1 {ports}", "mc_node_associate 2 1",
+                 f"mirroring_add_mc {bmv2.XON_SESSION} 2", f"mirroring_add {bmv2.TELEMETRY_SESSION} 510",
+                 "table_add IncastIngress.classify_dscp IncastIngress.set_class 8 => 1",
+                 "table_add IncastIngress.classify_dscp IncastIngress.set_class 16 => 2",
+                 f"register_write cfg {bmv2.CFG['first_port']} 1", f"register_write cfg {bmv2.CFG['last_port']} {NPORTS}"]
+        return cmds
+
+    def cli(self, cmds):
+        r = subprocess.run(["ip", "netns", "exec", self.ns, bmv2.tool("simple_switch_CLI"), "--thrift-port", "9090"],
+                           input="\n".join(cmds) + "\n", capture_output=True, text=True, check=True)
+        bad = [ln for ln in r.stdout.splitlines() if "Error" in ln or "Invalid" in ln]
+        assert not bad, bad
+        return r.stdout
+
+    def counter(self, name, index):
+        return bmv2._parse_value([ln for ln in self.cli([f"counter_read {name} {index}"]).splitlines()
+                                  if "[" in ln and "=" in ln][0])
+
+    def register(self, name, index):
+        return bmv2._parse_value([ln for ln in self.cli([f"register_read {name} {index}"]).splitlines()
+                                  if "[" in ln and "=" in ln][0])[0]
+
+    def send(self, port, frame: bytes):
+        self.socks[port].send(frame)
+
+    def receive(self, port, timeout=0.5, count=None):
+        """Frames the switch sent out of port (not those the test itself sent)."""
+        s = self.socks[port]
+        got, end = [], time.monotonic() + timeout
+        while time.monotonic() < end and (count is None or len(got) < count):
+            s.settimeout(max(0.001, end - time.monotonic()))
+            try:
+                frame, addr = s.recvfrom(65535)
+            except socket.timeout:
+                break
+            if addr[2] != socket.PACKET_OUTGOING:
+                got.append(frame)
+        return got
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+        for s in self.socks.values():
+            s.close()
+        self.pool.shutdown()
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+
+
+@pytest.fixture
+def rig():
+    json_path = _require_bmv2()
+    r = Rig(json_path)
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def udp(src, dst, dscp=0, size=100):
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.compat import raw
+    pkt = Ether(src=MACS[src], dst=MACS[dst]) / IP(src=f"10.0.0.{src}", dst=f"10.0.0.{dst}", tos=dscp << 2) / \
+        UDP(sport=1000 + src, dport=2000) / (b"x" * size)
+    return raw(pkt)
+
+
+def test_forwards_to_the_learned_port_only(rig):
+    rig.send(1, udp(1, 3))
+    assert len(rig.receive(3, count=1)) == 1
+    assert rig.receive(2, timeout=0.2) == [] and rig.receive(4, timeout=0.2) == []
+
+
+def test_classifies_dscp_into_class_queues(rig):
+    for dscp, cls in ((0, 0), (8, 1), (16, 2), (46, 0)):
+        before = rig.counter("IncastEgress.tx", 3 * 8 + cls)[0]
+        rig.send(1, udp(1, 3, dscp=dscp))
+        assert len(rig.receive(3, count=1)) == 1
+        assert rig.counter("IncastEgress.tx", 3 * 8 + cls)[0] == before + 1, (dscp, cls)
+
+
+def test_byte_limit_admission_and_drop_counter(rig):
+    frame = udp(1, 2, size=1000)                 # 1042-byte frames
+    limit = 5000                                 # room for 4 of them
+    rig.cli([f"register_write limit_bytes {2 * 8} {limit}", "set_queue_rate 50 2 7"])
+    for _ in range(20):
+        rig.send(1, frame)
+    got = rig.receive(2, timeout=1.5)
+    drops = rig.counter("IncastIngress.drops", 2 * 8)[0]
+    assert drops > 0
+    assert len(got) + drops == 20
+    assert rig.register("occ_bytes", 2 * 8) == 0   # everything admitted has left
+    assert len(got) >= limit // len(frame)
+
+
+def test_pause_at_xoff_and_xon_byte_exact(rig):
+    from scapy.compat import raw
+    from scapy.contrib.mac_control import MACControlPause
+    from scapy.layers.l2 import Ether
+    frame = udp(1, 2, size=1000)
+    c = bmv2.CFG
+    rig.cli([f"register_write cfg {c['pause_on']} 1", f"register_write cfg {c['xoff']} 3000",
+             f"register_write cfg {c['xon']} 1500", f"register_write cfg {c['quanta']} 4660",
+             f"register_write cfg {c['pause_us']} 1000000", f"register_write cfg {c['refresh_us']} 1000",
+             "set_queue_rate 100 2 7"])
+    for _ in range(6):
+        rig.send(1, frame)
+    pauses = rig.receive(1, timeout=1.5)
+    expected_xoff = raw(Ether(dst="01:80:c2:00:00:01", src=SWITCH_MACS[1]) / MACControlPause(pause_time=4660))
+    expected_xon = raw(Ether(dst="01:80:c2:00:00:01", src=SWITCH_MACS[1]) / MACControlPause(pause_time=0))
+    assert expected_xoff in pauses, [p.hex() for p in pauses]
+    assert expected_xon in pauses
+    assert pauses.index(expected_xoff) < pauses.index(expected_xon)
+    assert all(len(p) == 60 for p in pauses)
+
+
+def test_pause_and_pfc_are_never_forwarded(rig):
+    from scapy.compat import raw
+    from scapy.contrib.mac_control import MACControlClassBasedFlowControl, MACControlPause
+    from scapy.layers.l2 import Ether
+    pause = raw(Ether(dst="01:80:c2:00:00:01", src=MACS[1]) / MACControlPause(pause_time=100))
+    pfc = raw(Ether(dst="01:80:c2:00:00:01", src=MACS[1]) / MACControlClassBasedFlowControl(c0_enabled=1, c0_pause_time=5))
+    to_host = raw(Ether(dst=MACS[3], src=MACS[1], type=0x8808) / MACControlPause(pause_time=100))
+    for frame in (pause, pfc, to_host):
+        rig.send(1, frame)
+    for port in (2, 3, 4):
+        assert rig.receive(port, timeout=0.3) == []
+    assert rig.counter("IncastIngress.mac_control_rx", 1)[0] == 3
+
+
+def test_telemetry_carries_the_packets_queue_values(rig):
+    from scapy.layers.l2 import Ether
+    from incast.layers import IncastTelemetry
+    rig.cli([f"register_write cfg {bmv2.CFG['tel_mode']} 1", "set_queue_rate 200 3 6"])
+    for _ in range(5):
+        rig.send(1, udp(1, 3, dscp=8, size=500))
+    frames = rig.receive(510, timeout=1.0, count=5)
+    recs = [Ether(f)[IncastTelemetry] for f in frames]
+    assert len(recs) == 5
+    assert [r.seq for r in recs] == list(range(recs[0].seq, recs[0].seq + 5))
+    for r in recs:
+        assert r.ingress_port == 1 and r.egress_port == 3 and r.queue == 1 and r.event == 0
+        assert r.pkt_len == 542 and r.saddr == 0x0A000001 and r.daddr == 0x0A000003
+        assert r.deq_ts >= r.enq_ts and r.deq_timedelta <= r.deq_ts - r.enq_ts
+    # The queue built up: later packets saw more bytes ahead of them at enqueue.
+    assert recs[-1].occ_enq_bytes > recs[0].occ_enq_bytes or recs[-1].enq_qdepth > recs[0].enq_qdepth
+    assert max(r.occ_enq_bytes for r in recs) <= 5 * 542
+
+
+def test_garbage_never_crashes_or_wedges_the_switch(rig):
+    junk = [b"\x00", b"\xff" * 13, os.urandom(60), os.urandom(1500),
+            udp(1, 3)[:20], udp(1, 3)[:34],                  # truncated inside IPv4
+            bytes.fromhex("0180c2000001") + bytes(6) + b"\x88\x08",   # MAC Control, no opcode
+            udp(1, 3, size=8000)]                            # oversized (jumbo) frame
+    for frame in junk * 5:
+        try:
+            rig.send(1, frame)
+        except OSError:
+            pass   # the kernel refuses some of these itself
+    assert rig.alive()
+    rig.receive(3, timeout=0.3)
+    rig.send(1, udp(1, 3))
+    assert len(rig.receive(3, count=1)) == 1
