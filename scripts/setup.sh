@@ -8,6 +8,13 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${INCAST_VENV:-/opt/incast/venv}
+with_p4=0
+for arg in "$@"; do
+  case "$arg" in
+    --p4) with_p4=1 ;;   # also p4c and bmv2 from p4lang's package repository
+    *) echo "usage: setup.sh [--p4]" >&2; exit 2 ;;
+  esac
+done
 
 [ "$(id -u)" = 0 ] || { echo "setup: run as root" >&2; exit 2; }
 
@@ -26,6 +33,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ "$with_p4" = 1 ] && ! command -v simple_switch >/dev/null; then
+  # p4lang publishes Debian packages of p4c and bmv2 (>= 1.15.1 is needed).
+  repo="https://download.opensuse.org/repositories/home:/p4lang/Debian_12"
+  apt-get install -y -qq --no-install-recommends curl gpg >/dev/null
+  curl -fsSL "$repo/Release.key" | gpg --dearmor > /etc/apt/trusted.gpg.d/p4lang.gpg
+  echo "deb $repo/ /" > /etc/apt/sources.list.d/p4lang.list
+  apt-get update -qq
+  apt-get install -y -qq p4lang-p4c p4lang-bmv2 >/dev/null
 fi
 
 # tracefs is where bpftrace finds the tracepoints; some minimal systems do not mount it.
