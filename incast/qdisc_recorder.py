@@ -7,6 +7,19 @@ fixed-size binary records (layout: ``incast/bpf/qdisc_trace.h``, mirrored here a
 :data:`RECORD_DTYPE`) and the userspace loader (``build/bpf/qdisc-trace``, built by
 ``scripts/build-bpf.sh``) only copies them to a file. Nothing is formatted while the
 experiment runs, so recording does not compete with packet processing for the CPU.
+
+Two differences from the bpftrace program, both about exactness:
+
+* ``packets``/``bytes`` (class occupancy) are read from the class's leaf qdisc
+  (handle ``(LEAF_MAJOR_BASE + class):``, as the linux data plane builds ports) instead
+  of being summed from the events. The kernel does not hand every tracepoint hit to BPF
+  programs (on the testbed VM, hits in softirqs that interrupt PID 1's threads never
+  arrive, for bpftrace as much as for this recorder), and a summed occupancy drifts for
+  the rest of the run after one missed dequeue. Ports without such leaves fall back to
+  summing, resynchronised whenever a port's queue is empty.
+* Missed hits are counted: under the qdisc lock the root qdisc's queue length must
+  change by exactly what the recorded events and requeues explain. The shortfall (a
+  lower bound) is part of ``lost`` and explained in the notes.
 """
 from __future__ import annotations
 
@@ -25,16 +38,20 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 BINARY = REPO_ROOT / "build" / "bpf" / "qdisc-trace"
 MAX_BULK = 16           # QT_MAX_BULK in qdisc_trace.h
 PAGE = 4096
+# Class c of a switch port is the HTB leaf qdisc with handle (0x10 + c):0, as
+# incast.dataplane.linux.port_tc_commands builds it; the recorder reads the class
+# occupancy from that qdisc (ports without it fall back to counters kept by the probes).
+LEAF_MAJOR_BASE = 0x10
 
 # One record, exactly struct qt_record of incast/bpf/qdisc_trace.h (56 bytes, LE).
 RECORD_DTYPE = np.dtype([
     ("ts_ns", "<u8"),           # bpf_ktime_get_ns (CLOCK_MONOTONIC)
     ("sojourn_ns", "<u8"),      # dequeue only, else 0
     ("ifindex", "<u4"),
-    ("packets", "<i4"),         # class queue after the event
-    ("bytes", "<i4"),
-    ("port_packets", "<u4"),    # root qdisc q.qlen
-    ("port_bytes", "<u4"),      # root qdisc qstats.backlog
+    ("packets", "<i4"),         # class queue after the event (leaf qdisc q.qlen)
+    ("bytes", "<i4"),           # (leaf qdisc qstats.backlog)
+    ("port_packets", "<u4"),    # root qdisc q.qlen (dequeue: + the chain's later skbs)
+    ("port_bytes", "<u4"),      # root qdisc qstats.backlog (likewise)
     ("pkt_len", "<u4"),         # skb->len
     ("saddr", "<u4"),           # IPv4 header bytes read as a little-endian u32; 0 if not IPv4
     ("daddr", "<u4"),
@@ -134,6 +151,7 @@ class QdiscRecorder:
         self.raw_path = self.run_dir / "telemetry.raw.bin"
         self.proc: subprocess.Popen | None = None
         self.probe_mode = "auto"            # or "tp_btf" / "tracepoint" (tests; auto falls back)
+        self.leaf_major_base = LEAF_MAJOR_BASE   # 0: occupancy from counters only
         self.mode: str | None = None        # "tp_btf" or "tracepoint" once attached
         self._lines: list[str] = []
         self._stderr = b""
@@ -146,13 +164,18 @@ class QdiscRecorder:
                 "--dscp-table", ",".join(map(str, self.dscp_table)),
                 "--drop-reasons", ",".join(map(str, self.reasons)),
                 "--out", str(self.raw_path), "--ringbuf-mb", str(self.ringbuf_mb),
-                "--mode", self.probe_mode]
+                "--leaf-major-base", str(self.leaf_major_base), "--mode", self.probe_mode]
 
     def start(self, timeout: float = 60.0) -> None:
         binary = recorder_binary()
         if binary is None:
             raise RuntimeError(f"telemetry: the recorder is not built ({BINARY} is missing): "
                                "run scripts/build-bpf.sh")
+        size = subprocess.run([str(binary), "--record-size"], capture_output=True, text=True)
+        if size.returncode or size.stdout.strip() != str(RECORD_DTYPE.itemsize):
+            raise RuntimeError(f"telemetry: {binary} writes {size.stdout.strip() or '?'}-byte "
+                               f"records, incast expects {RECORD_DTYPE.itemsize}: "
+                               "rebuild it with scripts/build-bpf.sh")
         self.proc = subprocess.Popen(self.command(binary), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self._reader = threading.Thread(target=self._pump, daemon=True)
@@ -213,10 +236,19 @@ class QdiscRecorder:
         if trunc[0]:
             notes.append(f"{trunc[0]} dequeue chains longer than {MAX_BULK} packets: "
                          f"their tail packets' dequeues are missing ({trunc[1]} records)")
+        missed = (self._value("MISSED") or [0])[0]
+        if missed:
+            notes.append(f"at least {missed} queue events were not handed to the recorder by "
+                         "the kernel (seen in the root qdiscs' queue lengths; counted as lost): "
+                         "their records are missing (occupancy read from the class qdiscs stays exact)")
+        ringbuf_lost = (self._value("RINGBUF_LOST") or [0])[0]
+        if ringbuf_lost:
+            notes.append(f"{ringbuf_lost} records dropped because the ring buffer "
+                         f"({self.ringbuf_mb} MiB) was full")
         untracked = (self._value("UNTRACKED") or [0])[0]
         if untracked:
             notes.append(f"{untracked} enqueued packets did not fit in the recorder's skb map: "
-                         "their dequeues are missing and queue occupancy drifts")
+                         "their dequeue records are missing")
         fallback = [ln for ln in self._stderr.decode(errors="replace").splitlines()
                     if "falling back" in ln]
         if fallback:

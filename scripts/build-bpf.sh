@@ -7,7 +7,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 
-apt_packages=(clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev make gcc pkg-config)
+apt_packages=(clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev make gcc)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -63,4 +63,6 @@ if [ ! -x "$venv/bin/python" ] || ! cmp -s "$here/requirements.txt" "$stamp"; th
 fi
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$here"
 ln -sf "$venv/bin/incast" /usr/local/bin/incast
+# The compiled queue-telemetry recorder (libbpf); without it telemetry uses bpftrace.
+"$here/scripts/build-bpf.sh" || echo "setup: telemetry recorder not built; telemetry will use bpftrace" >&2
 echo "setup: ok ($(incast probe | head -1))"

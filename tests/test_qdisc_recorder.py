@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -12,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from incast.qdisc_recorder import RECORD_DTYPE, QdiscRecorder, decode_records, read_records, recorder_binary
+from incast.qdisc_recorder import (RECORD_DTYPE, QdiscRecorder, decode_records, read_records,
+                                   recorder_binary, ringbuf_mb)
 from incast.telemetry import COLUMNS, _ip_key, decode_raw
 
 HOSTS = {"10.0.0.1": "h1", "10.0.0.2": "h2", "10.0.0.3": "h3"}
@@ -79,6 +81,12 @@ def test_decode_synthetic_file(tmp_path):
         f"{r.get('sojourn_ns', 0)}\n" for r in SYNTH)
     expected = decode_raw(csv.encode(), T0, PORTS, HOSTS)
     pd.testing.assert_frame_equal(df, expected)
+
+
+def test_ringbuf_size():
+    assert ringbuf_mb(4096, cpus=2) == 64          # bpftrace's 2 x 16 MiB -> the 64 MiB floor
+    assert ringbuf_mb(16384, cpus=2) == 128
+    assert ringbuf_mb(65536, cpus=64) == 1024       # capped
 
 
 def test_decode_empty(tmp_path):
@@ -171,35 +179,65 @@ def test_start_reports_the_loader_error(tmp_path):
     assert not rec.raw_path.exists()
 
 
-@pytest.mark.parametrize("mode", ["auto", "tracepoint"])
-def test_live_veth_htb_bfifo(tmp_path, veth_pair, mode):
+def _bfifo(ns: str) -> dict:
+    return next(q for q in _qdiscs(ns) if q["kind"] == "bfifo")
+
+
+def _record_blast(tmp_path: Path, ns: str, ifindex: int, mode: str, leaf: int, reasons):
+    """Record one UDP blast through the port; the tc counters' change comes with it."""
+    inode = os.stat(f"/run/netns/{ns}").st_ino
+    dscp_table = [0] * 64
+    dscp_table[DSCP] = 2
+    rec = QdiscRecorder(tmp_path, inode, {ifindex: ("qr", "va")}, dscp_table, reasons,
+                        {"10.99.0.1": "a", "10.99.0.2": "b"})
+    rec.probe_mode = mode
+    rec.leaf_major_base = leaf
+    before = _bfifo(ns)
+    rec.start(timeout=60)
+    try:
+        subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", BLAST, str(DSCP),
+                        str(PAYLOAD)], check=True, timeout=60)
+        # Let the HTB drain the bfifo (4 frames at 10 mbit: ~5 ms) so nothing is in flight.
+        for _ in range(1000):
+            if all(q.get("qlen", 0) == 0 for q in _qdiscs(ns)):
+                break
+    finally:
+        res = rec.stop(0)
+    after = _bfifo(ns)
+    tc = {"sent": after["packets"] - before["packets"], "drops": after["drops"] - before["drops"],
+          "qlen": after["qlen"]}
+    return rec, res, tc
+
+
+@pytest.mark.parametrize("mode,leaf", [("auto", 0x10), ("tracepoint", 0x10), ("auto", 0)],
+                         ids=["tp_btf-leaf", "tracepoint-leaf", "tp_btf-counters"])
+def test_live_veth_htb_bfifo(tmp_path, veth_pair, mode, leaf):
+    """leaf 0x10: occupancy read from the bfifo (handle 10:); 0: the probes' counters.
+
+    The kernel now and then does not hand a tracepoint hit to BPF at all (on the
+    testbed VM: hits in softirqs that interrupt PID 1's threads). The recorder notices
+    (MISSED, counted in lost); such a run cannot match tc's counters exactly, so the
+    blast is recorded again, up to 4 times, until one run sees every event."""
     if recorder_binary() is None:
         pytest.skip("build/bpf/qdisc-trace is not built (run scripts/build-bpf.sh)")
     reasons = _drop_reasons()
     if not reasons:
         pytest.skip("no qdisc drop reasons in the skb:kfree_skb tracepoint format")
     a, b, ifindex = veth_pair
-    inode = os.stat(f"/run/netns/{a}").st_ino
-    dscp_table = [0] * 64
-    dscp_table[DSCP] = 2
-    rec = QdiscRecorder(tmp_path, inode, {ifindex: ("qr", "va")}, dscp_table, reasons,
-                        {"10.99.0.1": "a", "10.99.0.2": "b"})
-    rec.probe_mode = mode
-    rec.start(timeout=60)
-    try:
-        subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", BLAST, str(DSCP), str(PAYLOAD)],
-                       check=True, timeout=60)
-        # Let the HTB drain the bfifo (4 frames at 10 mbit: ~5 ms) so nothing is in flight.
-        for _ in range(1000):
-            if all(q.get("qlen", 0) == 0 for q in _qdiscs(a)):
-                break
-    finally:
-        res = rec.stop(0)
-    assert rec.mode in (("tp_btf", "tracepoint") if mode == "auto" else (mode,))
-    assert not rec.raw_path.exists()
+    for attempt in range(4):
+        rec, res, tc = _record_blast(tmp_path, a, ifindex, mode, leaf, reasons)
+        assert rec.mode in (("tp_btf", "tracepoint") if mode == "auto" else (mode,))
+        assert not rec.raw_path.exists()
+        assert rec._value("RINGBUF_LOST") == [0] and rec._value("TRUNCATED") == [0, 0]
+        missed = rec._value("MISSED")[0]
+        assert res.lost == missed
+        if leaf:    # read from the bfifo: right even when events were missed
+            assert res.table["bytes"].max() <= LIMIT
+        if not missed:
+            break
+    else:
+        pytest.fail(f"every recording missed kernel events (last: {missed}): {res.notes}")
     df = res.table
-    qd = {q["kind"]: q for q in _qdiscs(a)}
-    bfifo = qd["bfifo"]
 
     assert res.lost == 0, res.notes
     assert set(df["port"].astype(str)) == {"va"}
@@ -211,9 +249,9 @@ def test_live_veth_htb_bfifo(tmp_path, veth_pair, mode):
     ev = df["event"].astype(str)
     n_enq, n_deq, n_drop = (ev == "enqueue").sum(), (ev == "dequeue").sum(), (ev == "drop").sum()
     assert ((ev == "enqueue") & ipv4).sum() + ((ev == "drop") & ipv4).sum() == 2000
-    assert n_drop == bfifo["drops"] > 0
-    assert n_enq == n_deq + bfifo["qlen"]
-    assert n_deq == bfifo["packets"]        # tc's "Sent ... pkt" counts dequeues
+    assert n_drop == tc["drops"] > 0
+    assert n_enq == n_deq + tc["qlen"]
+    assert n_deq == tc["sent"]              # tc's "Sent ... pkt" counts dequeues
     # Class occupancy follows the bfifo's byte limit exactly.
     assert df["bytes"].max() <= LIMIT
     assert df["bytes"].max() >= LIMIT - 1514
@@ -238,3 +276,29 @@ def test_live_veth_htb_bfifo(tmp_path, veth_pair, mode):
     assert soj[ev == "dequeue"].gt(0).all() and soj[ev != "dequeue"].isna().all()
     # 10 mbit: a queued frame waits at most ~5 frame times (1442 B = 1.15 ms each) + slack.
     assert soj.max() < 20_000
+
+
+def test_live_full_ring_buffer_is_counted_as_lost(tmp_path, veth_pair):
+    """A reader that cannot keep up loses records; they are counted, not hidden."""
+    if recorder_binary() is None:
+        pytest.skip("build/bpf/qdisc-trace is not built (run scripts/build-bpf.sh)")
+    reasons = _drop_reasons()
+    if not reasons:
+        pytest.skip("no qdisc drop reasons in the skb:kfree_skb tracepoint format")
+    a, b, ifindex = veth_pair
+    rec = QdiscRecorder(tmp_path, os.stat(f"/run/netns/{a}").st_ino, {ifindex: ("qr", "va")},
+                        [0] * 64, reasons, {})
+    rec.ringbuf_mb = 1                      # 16384 records of 64 bytes (with header)
+    rec.start(timeout=60)
+    os.kill(rec.proc.pid, signal.SIGSTOP)   # the reader stalls...
+    try:
+        blast = ("import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                 "for i in range(30000):\n    s.sendto(b'x' * 200, ('10.99.0.2', 9))\n")
+        subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", blast], check=True,
+                       timeout=120)
+    finally:
+        os.kill(rec.proc.pid, signal.SIGCONT)
+        res = rec.stop(0)
+    assert 0 < len(res.table) <= 16384
+    assert res.lost > 0
+    assert any("ring buffer" in n for n in res.notes), res.notes

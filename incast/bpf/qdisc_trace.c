@@ -3,8 +3,12 @@
  * to a file, unformatted.
  *
  *   qdisc-trace --netns-inode N --dscp-table c0,...,c63 --drop-reasons 64,65,66 \
- *               --out FILE [--ringbuf-mb 64] [--mode auto|tp_btf|tracepoint]
+ *               --out FILE [--ringbuf-mb 64] [--leaf-major-base 0x10]
+ *               [--mode auto|tp_btf|tracepoint] [-v]
  *   qdisc-trace --record-size      prints the record size and exits
+ *
+ * --leaf-major-base B: class c of a port is the leaf qdisc with handle (B+c):0; its
+ * q.qlen/backlog are the class occupancy. 0 (default) keeps counters only.
  *
  * stdout protocol (line-buffered, flushed):
  *   ATTACHED <tp_btf|tracepoint>   which probe kind is in use
@@ -12,10 +16,14 @@
  *   ... on SIGINT/SIGTERM: detach, drain the ring buffer, then
  *   TRUNCATED <chains> <packets>   dequeue chains longer than QT_MAX_BULK
  *   UNTRACKED <n>                  enqueued skbs that did not fit in the skb map
- *   LOST <n>                       ring buffer reserve failures + truncated packets
+ *   MISSED <n>                     queue events the kernel did not hand to the probes
+ *                                  (root q.qlen changes no recorded event explains)
+ *   RINGBUF_LOST <n>               records dropped because the ring buffer was full
+ *   LOST <n>                       RINGBUF_LOST + truncated packets + MISSED
  *   RECORDS <n>                    records written to FILE
  * exit 0. On failure: "qdisc-trace: error: ..." on stderr (with libbpf's reason), exit 1.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -48,60 +56,119 @@ static size_t outlen;
 static unsigned long long records;
 static int write_errno;
 
-/* libbpf's messages: keep the last warnings so an error can say why. */
-static char libbpf_log[8192];
+/* libbpf's warnings (verifier logs included), kept so an error can say why. */
+#define LOG_MAX (256u << 10)
+static char *libbpf_log;
+static size_t libbpf_log_len;
 static bool verbose;
+
+static void log_clear(void)
+{
+	libbpf_log_len = 0;
+	if (libbpf_log)
+		libbpf_log[0] = 0;
+}
 
 static int on_libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
-	char line[1024];
+	char *msg = NULL;
+	int n;
 	if (level == LIBBPF_DEBUG && !verbose)
 		return 0;
-	vsnprintf(line, sizeof(line), fmt, ap);
+	n = vasprintf(&msg, fmt, ap);
+	if (n < 0)
+		return 0;
 	if (verbose)
-		fputs(line, stderr);
+		fputs(msg, stderr);
 	if (level == LIBBPF_WARN) {
-		size_t have = strlen(libbpf_log), add = strlen(line);
-		if (have + add >= sizeof(libbpf_log)) {
-			/* keep the tail */
-			size_t drop = have + add - sizeof(libbpf_log) + 1;
-			if (drop > have)
-				drop = have;
-			memmove(libbpf_log, libbpf_log + drop, have - drop + 1);
+		if (!libbpf_log)
+			libbpf_log = calloc(1, LOG_MAX + 1);
+		if (libbpf_log) {
+			size_t add = (size_t)n;
+			if (add > LOG_MAX) {    /* keep the tail */
+				memmove(msg, msg + add - LOG_MAX, LOG_MAX + 1);
+				add = LOG_MAX;
+			}
+			if (libbpf_log_len + add > LOG_MAX) {
+				size_t drop = libbpf_log_len + add - LOG_MAX;
+				memmove(libbpf_log, libbpf_log + drop, libbpf_log_len - drop + 1);
+				libbpf_log_len -= drop;
+			}
+			memcpy(libbpf_log + libbpf_log_len, msg, add + 1);
+			libbpf_log_len += add;
 		}
-		strncat(libbpf_log, line, sizeof(libbpf_log) - strlen(libbpf_log) - 1);
 	}
+	free(msg);
 	return 0;
 }
 
-/* The most telling libbpf line: the last "libbpf: ..." warning, newline stripped. */
+/* The line of text ending just before *end (exclusive), trimmed; moves *end to its start. */
+static size_t prev_line(const char *buf, const char **end, const char **start)
+{
+	const char *e = *end;
+	while (e > buf && (e[-1] == '\n' || e[-1] == ' '))
+		e--;
+	const char *b = e;
+	while (b > buf && b[-1] != '\n')
+		b--;
+	*start = b;
+	*end = b;
+	return e - b;
+}
+
+/* Why loading failed, in one line: libbpf's "BPF program load failed" line plus the
+ * verifier's last complaint, or else libbpf's most specific warning. */
 static const char *libbpf_reason(void)
 {
 	static char reason[1024];
-	char *end = libbpf_log + strlen(libbpf_log);
-	while (end > libbpf_log && (end[-1] == '\n' || end[-1] == ' '))
-		end--;
-	char *start = end;
-	while (start > libbpf_log && start[-1] != '\n')
-		start--;
-	/* A verifier log ends in "processed N insns ..."; prefer the line that says why. */
-	for (char *p = start; p > libbpf_log;) {
-		char *q = p - 1;
-		while (q > libbpf_log && q[-1] != '\n')
-			q--;
-		if (!strncmp(q, "libbpf:", 7)) {
-			start = q;
-			end = p - 1;
+	const char *buf = libbpf_log ? libbpf_log : "";
+	const char *failed = NULL, *why = NULL, *last = NULL;
+	size_t failed_n = 0, why_n = 0, last_n = 0;
+
+	const char *mark = NULL;
+	for (const char *p = strstr(buf, "-- END PROG LOAD LOG --"); p;
+	     p = strstr(p + 1, "-- END PROG LOAD LOG --"))
+		mark = p;
+	if (mark) {
+		const char *end = mark, *b;
+		size_t n;
+		while ((n = prev_line(buf, &end, &b)) > 0 || end > buf) {
+			if (!n)
+				continue;
+			if (!strncmp(b, "processed ", 10) || !strncmp(b, "verification time", 17) ||
+			    !strncmp(b, "stack depth", 11) || !strncmp(b, "libbpf:", 7))
+				continue;
+			why = b;
+			why_n = n;
 			break;
 		}
-		p = q;
 	}
-	size_t n = end - start;
-	if (n >= sizeof(reason))
-		n = sizeof(reason) - 1;
-	memcpy(reason, start, n);
-	reason[n] = 0;
-	return n ? reason : "no libbpf message";
+	for (const char *p = buf; *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t n = nl ? (size_t)(nl - p) : strlen(p);
+		if (!strncmp(p, "libbpf: ", 8)) {
+			if (memmem(p, n, "load failed", 11) || memmem(p, n, "failed to attach", 16)) {
+				failed = p + 8;
+				failed_n = n - 8;
+			}
+			if (!memmem(p, n, "failed to load object", 21) &&
+			    !memmem(p, n, "failed to load BPF skeleton", 27)) {
+				last = p + 8;
+				last_n = n - 8;
+			}
+		}
+		p = nl ? nl + 1 : p + n;
+	}
+	if (!failed) {
+		failed = last;
+		failed_n = last_n;
+	}
+	if (!failed && !why)
+		return "no libbpf message";
+	snprintf(reason, sizeof(reason), "%.*s%s%.*s", (int)(failed ? failed_n : 0),
+		 failed ? failed : "", failed && why ? ": " : "", (int)(why ? why_n : 0),
+		 why ? why : "");
+	return reason;
 }
 
 static void fail(const char *fmt, ...)
@@ -174,7 +241,7 @@ enum mode { MODE_AUTO, MODE_BTF, MODE_TP };
  * if that fails. */
 static struct qdisc_trace_bpf *load(bool btf, __u32 inode, const unsigned long *dscp,
 				    const unsigned long *reasons, int n_reasons,
-				    __u32 rb_bytes, char *err, size_t errlen)
+				    __u32 rb_bytes, __u32 leaf_base, char *err, size_t errlen)
 {
 	struct qdisc_trace_bpf *skel = qdisc_trace_bpf__open();
 	int rc;
@@ -190,6 +257,7 @@ static struct qdisc_trace_bpf *load(bool btf, __u32 inode, const unsigned long *
 		skel->rodata->drop_reasons[i] = reasons[i];
 	skel->rodata->n_drop_reasons = n_reasons;
 	skel->rodata->wake_bytes = rb_bytes / 8;
+	skel->rodata->leaf_major_base = leaf_base;
 	bpf_map__set_max_entries(skel->maps.rb, rb_bytes);
 
 	bpf_program__set_autoload(skel->progs.btf_enqueue, btf);
@@ -199,7 +267,7 @@ static struct qdisc_trace_bpf *load(bool btf, __u32 inode, const unsigned long *
 	bpf_program__set_autoload(skel->progs.tp_dequeue, !btf);
 	bpf_program__set_autoload(skel->progs.tp_kfree_skb, !btf);
 
-	libbpf_log[0] = 0;
+	log_clear();
 	rc = qdisc_trace_bpf__load(skel);
 	if (rc) {
 		snprintf(err, errlen, "loading the %s programs failed: %s (%s)",
@@ -207,7 +275,7 @@ static struct qdisc_trace_bpf *load(bool btf, __u32 inode, const unsigned long *
 		qdisc_trace_bpf__destroy(skel);
 		return NULL;
 	}
-	libbpf_log[0] = 0;
+	log_clear();
 	rc = qdisc_trace_bpf__attach(skel);
 	if (rc) {
 		snprintf(err, errlen, "attaching the %s programs failed: %s (%s)",
@@ -236,7 +304,8 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: qdisc-trace --netns-inode N --dscp-table c0,...,c63 --drop-reasons R1,R2,...\n"
-		"                   --out FILE [--ringbuf-mb 64] [--mode auto|tp_btf|tracepoint] [-v]\n"
+		"                   --out FILE [--ringbuf-mb 64] [--leaf-major-base 0x10]\n"
+		"                   [--mode auto|tp_btf|tracepoint] [-v]\n"
 		"       qdisc-trace --record-size\n");
 	exit(1);
 }
@@ -250,12 +319,13 @@ int main(int argc, char **argv)
 		{ "out", required_argument, NULL, 'o' },
 		{ "ringbuf-mb", required_argument, NULL, 'b' },
 		{ "mode", required_argument, NULL, 'm' },
+		{ "leaf-major-base", required_argument, NULL, 'l' },
 		{ "record-size", no_argument, NULL, 's' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ 0 },
 	};
 	unsigned long inode = 0, dscp[64] = { 0 }, reasons[QT_MAX_REASONS];
-	unsigned long rb_mb = 64;
+	unsigned long rb_mb = 64, leaf_base = 0;
 	int n_dscp = 0, n_reasons = 0, c;
 	bool have_inode = false, have_dscp = false;
 	const char *out = NULL;
@@ -289,6 +359,12 @@ int main(int argc, char **argv)
 			rb_mb = strtoul(optarg, &end, 10);
 			if (*end || errno || rb_mb < 1 || rb_mb > 2048)
 				fail("bad --ringbuf-mb %s (1..2048)", optarg);
+			break;
+		case 'l':
+			errno = 0;
+			leaf_base = strtoul(optarg, &end, 0);
+			if (*end || errno || leaf_base > 0xfff0)
+				fail("bad --leaf-major-base %s", optarg);
 			break;
 		case 'm':
 			if (!strcmp(optarg, "auto"))
@@ -343,13 +419,15 @@ int main(int argc, char **argv)
 	struct qdisc_trace_bpf *skel = NULL;
 	bool btf = false;
 	if (mode != MODE_TP) {
-		skel = load(true, inode, dscp, reasons, n_reasons, rb_bytes, err_btf, sizeof(err_btf));
+		skel = load(true, inode, dscp, reasons, n_reasons, rb_bytes, leaf_base, err_btf,
+			    sizeof(err_btf));
 		btf = skel != NULL;
 		if (!skel && mode == MODE_AUTO)
 			fprintf(stderr, "qdisc-trace: %s; falling back to classic tracepoints\n", err_btf);
 	}
 	if (!skel && mode != MODE_BTF)
-		skel = load(false, inode, dscp, reasons, n_reasons, rb_bytes, err_tp, sizeof(err_tp));
+		skel = load(false, inode, dscp, reasons, n_reasons, rb_bytes, leaf_base, err_tp,
+			    sizeof(err_tp));
 	if (!skel)
 		fail("%s", mode == MODE_BTF ? err_btf : err_tp);
 
@@ -390,10 +468,13 @@ int main(int argc, char **argv)
 	unsigned long long rb_lost = sum_stat(skel, QT_STAT_RB_LOST);
 	unsigned long long chains = sum_stat(skel, QT_STAT_TRUNC_CHAINS);
 	unsigned long long tpkts = sum_stat(skel, QT_STAT_TRUNC_PKTS);
-	unsigned long long untracked = sum_stat(skel, QT_NSTATS);
+	unsigned long long untracked = sum_stat(skel, QT_STAT_UNTRACKED);
+	unsigned long long missed = sum_stat(skel, QT_STAT_MISSED);
 	printf("TRUNCATED %llu %llu\n", chains, tpkts);
 	printf("UNTRACKED %llu\n", untracked);
-	printf("LOST %llu\n", rb_lost + tpkts);
+	printf("MISSED %llu\n", missed);
+	printf("RINGBUF_LOST %llu\n", rb_lost);
+	printf("LOST %llu\n", rb_lost + tpkts + missed);
 	printf("RECORDS %llu\n", records);
 	fflush(stdout);
 	ring_buffer__free(rb);

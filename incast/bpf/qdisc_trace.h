@@ -1,7 +1,8 @@
 /* Shared between qdisc_trace.bpf.c (kernel side) and qdisc_trace.c (loader).
  *
  * THE record layout. incast/qdisc_recorder.py mirrors it as RECORD_DTYPE; change both
- * together (the Python side checks RECORD_SIZE against `qdisc-trace --record-size`).
+ * together (QdiscRecorder.start checks RECORD_DTYPE's size against
+ * `qdisc-trace --record-size`).
  *
  * One record per queue event, 56 bytes, little-endian, no padding between fields:
  *
@@ -9,17 +10,22 @@
  *        0    8 ts_ns         bpf_ktime_get_ns() (CLOCK_MONOTONIC) at the event
  *        8    8 sojourn_ns    dequeue: now - enqueue time of this skb; else 0
  *       16    4 ifindex       device of the egress qdisc (in the traced netns)
- *       20    4 packets (s32) packets in the class queue after the event
- *       24    4 bytes   (s32) bytes in the class queue after the event
- *       28    4 port_packets  root qdisc q.qlen (enqueue/dequeue: the traced qdisc;
- *                             drop: skb->dev->qdisc)
- *       32    4 port_bytes    root qdisc qstats.backlog
+ *       20    4 packets (s32) packets in the class queue after the event: the class's
+ *                             leaf qdisc q.qlen if the port has one, else a counter
+ *       24    4 bytes   (s32) bytes in the class queue after the event (leaf
+ *                             qstats.backlog, else a counter)
+ *       28    4 port_packets  root qdisc q.qlen after the event (enqueue/dequeue: the
+ *                             traced qdisc; drop: skb->dev->qdisc). A bulk dequeue
+ *                             reports each skb of the chain with the skbs behind it
+ *                             added back (the state just after that skb left)
+ *       32    4 port_bytes    root qdisc qstats.backlog (same rules)
  *       36    4 pkt_len       skb->len
  *       40    4 saddr         IPv4 source as read from the header (network order
  *                             bytes; 0 if not IPv4)
  *       44    4 daddr         IPv4 destination (same)
  *       48    1 kind          'E' enqueue, 'D' dequeue, 'X' drop
- *       49    1 queue         class queue (DSCP table lookup; 0 if not IPv4)
+ *       49    1 queue         class queue (DSCP table lookup; 0 if not IPv4; dequeue:
+ *                             the class recorded at enqueue)
  *       50    2 pad0
  *       52    4 pad1
  */
@@ -33,7 +39,9 @@
 #define QT_STAT_RB_LOST 0       /* bpf_ringbuf_reserve failed: record lost */
 #define QT_STAT_TRUNC_CHAINS 1  /* dequeue chains longer than QT_MAX_BULK */
 #define QT_STAT_TRUNC_PKTS 2    /* skbs of those chains past QT_MAX_BULK (records lost) */
-#define QT_NSTATS 3
+#define QT_STAT_UNTRACKED 3     /* enqueued skbs that did not fit in the skb map */
+#define QT_STAT_MISSED 4        /* root-qlen changes no recorded event explains */
+#define QT_NSTATS 5
 
 struct qt_record {
 	__u64 ts_ns;

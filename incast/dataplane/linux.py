@@ -163,10 +163,16 @@ class LinuxDataPlane(DataPlane):
         return pd.DataFrame(rows)
 
     def telemetry(self, run_dir, host_of_ip: dict[str, str], world_inode: int):
+        """The compiled recorder (scripts/build-bpf.sh) when it is built: it costs the
+        experiment nothing measurable. Otherwise bpftrace, which formats every event in
+        user space and takes CPU from packet processing (it can soften a collapse)."""
+        from ..qdisc_recorder import QdiscRecorder, recorder_binary
+        ports = {p.ifindex: (p.switch, p.name) for p in self.ports}
+        args = (run_dir, world_inode, ports, self.scenario.switch.qos.dscp_table(),
+                self.features.qdisc_drop_reasons, host_of_ip)
+        if recorder_binary() is not None:
+            return QdiscRecorder(*args)
         ok, why = self.features.telemetry_ok()
         if not ok:
             raise MissingFeature("telemetry: " + why)
-        ports = {p.ifindex: (p.switch, p.name) for p in self.ports}
-        return QdiscTracer(run_dir, world_inode, ports, self.scenario.switch.qos.dscp_table(),
-                           self.features.qdisc_drop_reasons, host_of_ip,
-                           perf_pages=self.scenario.telemetry.perf_buffer_pages)
+        return QdiscTracer(*args, perf_pages=self.scenario.telemetry.perf_buffer_pages)
