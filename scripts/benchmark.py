@@ -5,6 +5,7 @@
   2. topology build time and success at 32, 64 and 128 senders
   3. telemetry cost: goodput with and without it, records and records lost
   4. wall time of the README sweep (scenarios/sigcomm09-fig1.toml) and its curves
+  5. packets per second bmv2 sustains with incast.p4, with and without telemetry
 
 Usage (as root, after scripts/setup.sh):
     /opt/incast/venv/bin/python scripts/benchmark.py [--skip-sweep] [--only one|scale|telemetry|sweep]
@@ -12,6 +13,7 @@ It drives the `incast` command as a user would.
 """
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -83,6 +85,23 @@ def telemetry_cost(tmp, reps=3):
                       + (f", records {statistics.mean(recs):.0f}/run, lost {sum(lost)}" if tele else ""))
 
 
+def bmv2_pps(tmp, reps=2):
+    print("== 5. bmv2 forwarding rate with incast.p4 (one sender, links at 1 Gbit/s: bmv2 is the bottleneck)")
+    for tele in (False, True):
+        for i in range(reps):
+            extra = ["--telemetry"] if tele else []
+            s, _, err = run(tmp, f"bmv2{tele}{i}", "--switch", "bmv2", "--senders", 1, "--blocks", 20,
+                            "--sru", "1MiB", "--buffer", "256KiB", *extra)
+            if s is None:
+                print(f"  telemetry {'on ' if tele else 'off'}: FAILED {err}")
+                break
+            data_pps = s["goodput_mbps"] * 1e6 / (8 * 1448)
+            # Every data segment and (with delayed ACKs) every second one's ACK crosses the switch.
+            print(f"  telemetry {'on ' if tele else 'off'}: goodput {s['goodput_mbps']:.1f} Mbit/s = "
+                  f"{data_pps / 1000:.1f} kpps of data, ~{1.5 * data_pps / 1000:.1f} kpps through the switch"
+                  + (f", {s['telemetry_records']} records, {s['telemetry_lost']} lost" if tele else ""))
+
+
 def readme_sweep(tmp):
     print("== 4. the README sweep (scenarios/sigcomm09-fig1.toml)")
     out = tmp / "fig1"
@@ -100,15 +119,19 @@ def readme_sweep(tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-sweep", action="store_true")
-    ap.add_argument("--only", choices=["one", "scale", "telemetry", "sweep"])
+    ap.add_argument("--only", choices=["one", "scale", "telemetry", "sweep", "bmv2"])
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="incast-bench-") as d:
         tmp = Path(d)
-        steps = {"one": one_sender, "scale": build_scale, "telemetry": telemetry_cost, "sweep": readme_sweep}
+        steps = {"one": one_sender, "scale": build_scale, "telemetry": telemetry_cost, "sweep": readme_sweep,
+                 "bmv2": bmv2_pps}
         for name, step in steps.items():
             if args.only and name != args.only:
                 continue
             if name == "sweep" and args.skip_sweep:
+                continue
+            if name == "bmv2" and not shutil.which("simple_switch") and args.only != "bmv2":
+                print("== 5. bmv2: not installed, skipped")
                 continue
             step(tmp)
 
