@@ -47,7 +47,7 @@ def measure(tmp_path_factory):
 
 def test_bmv2_collapse_with_200ms_rto(measure):
     one, many = measure(senders=1), measure(senders=12)
-    assert one["goodput_mbps"] > 0.8 * one["link_mbps"], one
+    assert one["goodput_mbps"] > 0.5 * one["link_mbps"], one
     assert many["goodput_mbps"] < 0.3 * one["goodput_mbps"], (one, many)
     assert many["timeouts"] > 0 and many["bottleneck_drops"] > 0
 

@@ -1,0 +1,141 @@
+"""The VM kernels of kernels/build.sh, booted in QEMU (hosts/vm/qemu.py).
+
+The stock kernel retransmits on jiffies: with tcp_rto_min_us=200 its RTO is still at
+least two jiffies and no timeout fires sooner than one jiffy (4 ms at HZ=250). The
+hrtimer kernel with net.ipv4.tcp_rto_hrtimer=1 retransmits at its microsecond RTO, far
+below a jiffy, never before it; tcp_rto_random_pct=50 spreads the timeouts over
+[RTO, 1.5 RTO]; with the switch off it behaves as the stock kernel.
+
+Each kernel boots once (a module fixture) and runs kernels/rto_bench.py for every
+configuration; the tests read the results. They skip when not root, when QEMU is
+missing or when the kernels are not built for the current inputs (kernels/build.sh).
+Under TCG (no KVM), timers are late by up to a few hundred microseconds, and an odd
+one by milliseconds: the bounds below allow for that, and look at medians and counts
+rather than maxima.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from hosts.vm import qemu  # noqa: E402
+
+pytestmark = pytest.mark.network
+
+TRIALS = int(os.environ.get("INCAST_VM_TRIALS", "40"))
+JIFFY_US = 4000          # HZ=250, kernels/config/incast-vm.config
+BENCH = "python3 kernels/rto_bench.py --rto-min-us 200"
+
+HRTIMER_RUNS = {
+    "hr": "--hrtimer 1 --random-pct 0",
+    "hr_random": "--hrtimer 1 --random-pct 50",
+    "hr_off": "--hrtimer 0 --random-pct 0",
+}
+
+
+def skip_reason(variant: str) -> str | None:
+    if os.geteuid() != 0:
+        return "boots QEMU with the host's root shared over 9p: run as root"
+    if qemu.qemu_binary() is None:
+        return "qemu-system-x86_64 is missing (Debian package qemu-system-x86)"
+    if qemu.kernel_dir(variant) is None:
+        return f"the {variant} kernel is not built for the current inputs: run kernels/build.sh"
+    return None
+
+
+def boot(variant: str, runs: dict[str, str], tmp_path_factory) -> dict[str, dict]:
+    reason = skip_reason(variant)
+    if reason:
+        pytest.skip(reason)
+    rdir = tmp_path_factory.mktemp(f"vm-{variant}")
+    cmds = [f"{BENCH} --trials {TRIALS} {args} --label {name} --json $RESULTS/{name}.json"
+            for name, args in runs.items()]
+    r = qemu.run(" && ".join(cmds), variant, results_dir=rdir, cwd=REPO,
+                 timeout=300 + 10 * TRIALS * len(runs))
+    assert r.returncode == 0, (f"guest failed (status {r.returncode}, timed out {r.timed_out})\n"
+                               f"output:\n{r.output[-3000:]}\nconsole:\n{r.console[-3000:]}")
+    assert r.guest.get("kernel-release", "").endswith(f"-incast-{variant}"), r.guest
+    return {name: json.loads((rdir / f"{name}.json").read_text()) for name in runs}
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory):
+    return boot("stock", {"stock": ""}, tmp_path_factory)["stock"]
+
+
+@pytest.fixture(scope="module")
+def hrtimer(tmp_path_factory):
+    return boot("hrtimer", HRTIMER_RUNS, tmp_path_factory)
+
+
+def delays(run: dict) -> list[float]:
+    return [t["delay_us"] for t in run["trials"] if "delay_us" in t]
+
+
+def measured_well(run: dict) -> None:
+    """Most trials saw the original and exactly one retransmission, each an RTO."""
+    assert run["measured"] >= 0.9 * TRIALS, run["delay_us"]
+    assert abs(run["tcp_timeouts"] - run["measured"]) <= 0.1 * TRIALS, \
+        (run["tcp_timeouts"], run["measured"])
+
+
+def test_stock_kernel_has_no_hrtimer_sysctls(stock):
+    assert "net.ipv4.tcp_rto_hrtimer" in stock["unsupported"]
+    assert stock["sysctls"]["net.ipv4.tcp_rto_min_us"] == "200"
+
+
+def test_stock_rto_is_jiffies(stock):
+    measured_well(stock)
+    # tcpi_rto is icsk_rto in jiffies: at least srtt + one jiffy, rounded up
+    assert all(t["rto_us"] % JIFFY_US == 0 and t["rto_us"] >= 2 * JIFFY_US
+               for t in stock["trials"])
+    # armed for >= 2 jiffies, it never fires sooner than one jiffy later
+    assert min(delays(stock)) >= 0.95 * JIFFY_US, stock["delay_us"]
+
+
+def test_hrtimer_kernel_sysctls(hrtimer):
+    assert hrtimer["hr"]["unsupported"] == []
+    assert hrtimer["hr"]["sysctls"]["net.ipv4.tcp_rto_hrtimer"] == "1"
+    assert hrtimer["hr_random"]["sysctls"]["net.ipv4.tcp_rto_random_pct"] == "50"
+
+
+def test_hrtimer_rto_is_microseconds(hrtimer):
+    run = hrtimer["hr"]
+    measured_well(run)
+    d = delays(run)
+    # the RTO honors rto_min in usec: srtt + 200 us, not a multiple of a jiffy
+    assert run["rto_us"]["p50"] < JIFFY_US, run["rto_us"]
+    assert sum(t["rto_us"] % JIFFY_US != 0 for t in run["trials"]) >= 0.9 * TRIALS
+    # never before the RTO, mostly well under one jiffy
+    assert run["below_rto"] <= 0.05 * TRIALS, run["ratio"]
+    assert run["below_jiffy"] >= 0.8 * len(d), run["delay_us"]
+    assert run["delay_us"]["p50"] < JIFFY_US / 2, run["delay_us"]
+
+
+def test_hrtimer_random_rto_spreads_over_half_an_rto(hrtimer):
+    fixed, rand = hrtimer["hr"]["ratio"], hrtimer["hr_random"]["ratio"]
+    measured_well(hrtimer["hr_random"])
+    assert hrtimer["hr_random"]["below_rto"] <= 0.05 * TRIALS, rand
+    # uniform in [1, 1.5] (plus timer latency): the median moves up by about 0.25 RTO
+    # and the spread widens by about 0.4 RTO
+    assert rand["p50"] - fixed["p50"] >= 0.1, (fixed, rand)
+    assert (rand["p90"] - rand["p10"]) - (fixed["p90"] - fixed["p10"]) >= 0.15, (fixed, rand)
+    assert rand["p10"] < 1.35 <= rand["p90"] + 0.25, rand
+
+
+def test_hrtimer_switch_off_runs_on_jiffies(hrtimer):
+    run = hrtimer["hr_off"]
+    measured_well(run)
+    assert all(t["rto_us"] % JIFFY_US == 0 for t in run["trials"])
+    assert min(delays(run)) >= 0.95 * JIFFY_US, run["delay_us"]
+
+
+def test_hrtimer_retransmits_sooner_than_stock(stock, hrtimer):
+    assert hrtimer["hr"]["delay_us"]["p90"] < stock["delay_us"]["p10"], \
+        (hrtimer["hr"]["delay_us"], stock["delay_us"])
