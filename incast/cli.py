@@ -136,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario_args(p)
     p.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
                    help="a sweep axis, e.g. senders=1,2,4,8 or rto_min=200ms,min")
+    p.add_argument("--repeat", type=int, default=1, metavar="R",
+                   help="runs per grid point (fresh network, seed+r each); the plot shows their spread")
     p.add_argument("--out", help="sweep directory to create (default results/sweep-<time>)")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=lambda a: __import__("incast.sweep", fromlist=["cmd_sweep"]).cmd_sweep(a))

@@ -15,7 +15,7 @@ SUMMARY_COLUMNS = {"goodput_mbps", "link_mbps", "senders", "blocks", "block_ms_p
                    "block_ms_max", "timeouts", "retransmits", "drops", "bottleneck_drops",
                    "max_queue_bytes", "telemetry_records", "telemetry_lost", "dataplane", "cc",
                    "rto_min_us", "rto_floor_us", "bottleneck_port", "build_s", "repetitions",
-                   "run_dir", "error", "backlog_drops"}
+                   "run_dir", "error", "backlog_drops", "repeat"}
 
 
 def plot_sweep(table: pd.DataFrame, out: Path, title: str = "", axes: list[str] | None = None) -> Path:
@@ -25,7 +25,7 @@ def plot_sweep(table: pd.DataFrame, out: Path, title: str = "", axes: list[str] 
     ok = table[table["goodput_mbps"].notna()] if "goodput_mbps" in table else table.iloc[0:0]
     if axes is None:
         axes = [c for c in table.columns if c not in SUMMARY_COLUMNS]
-    axes = [a for a in axes if a != "senders"]
+    axes = [a for a in axes if a not in ("senders", "repeat")]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     if not axes:
         groups = [((), ok)]

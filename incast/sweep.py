@@ -88,6 +88,13 @@ def cmd_sweep(args) -> int:
     (work / "runs").mkdir(parents=True, exist_ok=True)
     (work / "sweep.json").write_text(json.dumps({"grid": grid, "base": data, "overrides": overrides}, indent=2))
 
+    repeats = args.repeat
+    if repeats < 1:
+        raise scn.ScenarioError("--repeat: at least 1")
+    # Each repetition is a run of its own (a fresh network), with its own seed.
+    points = [({**values, "repeat": r}, s if r == 0 else s.model_copy(
+                  update={"workload": s.workload.model_copy(update={"seed": s.workload.seed + r})}))
+              for values, s in points for r in range(repeats)]
     rows, failures = [], 0
     log = (lambda m: tqdm.write(m, file=sys.stderr)) if args.verbose else (lambda m: None)
     t_start = time.monotonic()
@@ -114,7 +121,7 @@ def cmd_sweep(args) -> int:
     if "goodput_mbps" in table:
         varied = {scn.DESCRIBE_PART.get(scn.resolve_field(n)) for n in grid} | {"senders"}
         plot_sweep(table, work / "goodput.png", title=points[0][1].describe(omit=varied),
-                   axes=[n.split(".")[-1] for n in grid])
+                   axes=[n.split(".")[-1] for n in grid])   # repeats become error bars
     os.replace(work, final)
     # Paths inside the table now point at the final location.
     elapsed = time.monotonic() - t_start

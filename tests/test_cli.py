@@ -129,3 +129,19 @@ def test_run_json_and_tables(tmp_path, no_leftovers):
     env = json.loads((out / "environment.json").read_text())
     assert env["hz"] > 0 and env["rto_floor_us"] >= env["rto_min_us"]
     assert "rate 1000000000bit" in (out / "switch.tc").read_text()
+
+
+@needs_root
+def test_sweep_writes_a_table_and_a_plot(tmp_path, no_leftovers):
+    import pandas as pd
+    out = tmp_path / "sw"
+    r = incast_cmd("sweep", "--grid", "senders=1,2", "--grid", "rto_min=200ms,min", "--repeat", "2",
+                   "--blocks", "3", "--sru", "32KiB", "--out", out)
+    assert r.returncode == 0, r.stderr
+    table = pd.read_parquet(out / "sweep.parquet")
+    assert len(table) == 8 and sorted(table["repeat"].unique()) == [0, 1]
+    assert set(table["rto_min"]) == {"200ms", "min"}
+    assert (table["goodput_mbps"] > 0).all()
+    assert (out / "goodput.png").read_bytes()[:4] == b"\x89PNG"
+    assert len(list((out / "runs").iterdir())) == 8
+    assert not (tmp_path / ".sw.incomplete").exists()
