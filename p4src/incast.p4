@@ -33,7 +33,7 @@ const bit<32> NQUEUES = 4096;                   /* NPORTS * 8 classes */
 const bit<32> TELEMETRY_SESSION = 1;            /* mirror session to the collector port */
 const bit<32> XON_SESSION = 2;                  /* mirror session to multicast group 2: every host port */
 const bit<32> PAUSE_SESSION_BASE = 1000;        /* session 1000 + p sends to port p */
-const bit<8>  FL_CLONE = 1;                     /* field list preserved in clones */
+const bit<8>  FL_CLONE = 1;                     /* field list preserved in clones: @field_list(1) */
 
 const bit<8> CLONE_NONE = 0;
 const bit<8> CLONE_TELEMETRY = 1;
@@ -170,27 +170,27 @@ struct headers_t {
 }
 
 struct metadata_t {
-    @field_list(FL_CLONE) bit<8>  clone_kind;
-    @field_list(FL_CLONE) bit<8>  event;
-    @field_list(FL_CLONE) bit<8>  qclass;
-    @field_list(FL_CLONE) bit<1>  accounted;
-    @field_list(FL_CLONE) bit<16> quanta;
-    @field_list(FL_CLONE) bit<16> in_port;
-    @field_list(FL_CLONE) bit<16> out_port;
-    @field_list(FL_CLONE) bit<32> pkt_len;
-    @field_list(FL_CLONE) bit<32> occ_enq;
-    @field_list(FL_CLONE) bit<32> occ_deq;
-    @field_list(FL_CLONE) bit<32> port_enq;
-    @field_list(FL_CLONE) bit<32> port_deq;
-    @field_list(FL_CLONE) bit<32> enq_qdepth;
-    @field_list(FL_CLONE) bit<32> deq_qdepth;
-    @field_list(FL_CLONE) bit<32> deq_timedelta;
-    @field_list(FL_CLONE) bit<48> enq_ts;
-    @field_list(FL_CLONE) bit<48> deq_ts;
-    @field_list(FL_CLONE) bit<32> flow_hash;
-    @field_list(FL_CLONE) bit<32> saddr;
-    @field_list(FL_CLONE) bit<32> daddr;
-    @field_list(FL_CLONE) mac_t   port_mac;
+    @field_list(1) bit<8>  clone_kind;
+    @field_list(1) bit<8>  event;
+    @field_list(1) bit<8>  qclass;
+    @field_list(1) bit<1>  accounted;
+    @field_list(1) bit<16> quanta;
+    @field_list(1) bit<16> in_port;
+    @field_list(1) bit<16> out_port;
+    @field_list(1) bit<32> pkt_len;
+    @field_list(1) bit<32> occ_enq;
+    @field_list(1) bit<32> occ_deq;
+    @field_list(1) bit<32> port_enq;
+    @field_list(1) bit<32> port_deq;
+    @field_list(1) bit<32> enq_qdepth;
+    @field_list(1) bit<32> deq_qdepth;
+    @field_list(1) bit<32> deq_timedelta;
+    @field_list(1) bit<48> enq_ts;
+    @field_list(1) bit<48> deq_ts;
+    @field_list(1) bit<32> flow_hash;
+    @field_list(1) bit<32> saddr;
+    @field_list(1) bit<32> daddr;
+    @field_list(1) mac_t   port_mac;
 }
 
 /* State shared by ingress (admission) and egress (departure). */

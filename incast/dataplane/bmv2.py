@@ -249,6 +249,15 @@ class Bmv2DataPlane(DataPlane):
 
     def configure(self, net, topo) -> None:
         self.ports = switch_ports(net)
+        # bmv2's queue must be the only one between the hosts: no qdisc may hold
+        # packets on the switch's veth ends (two buffers in series).
+        for p in self.ports:
+            kinds = {q["kind"] for q in json.loads(subprocess.run(
+                ["tc", "-j", "qdisc", "show", "dev", p.name], capture_output=True, text=True,
+                check=True).stdout or "[]")}
+            if kinds - {"noqueue"}:
+                subprocess.run(["tc", "qdisc", "replace", "dev", p.name, "root", "noqueue"],
+                               check=True, capture_output=True)
         scripts = []
         for sw in self.switches:
             cmds = self.commands(sw, net)
