@@ -45,7 +45,7 @@ class Rig:
             max_workers=1, initializer=setns, initargs=(f"/run/netns/{self.ns}",))
         links = [(f"s{n}", f"h{n}", SWITCH_MACS[n]) for n in range(1, NPORTS + 1)]
         links.append(("s510", "h510", "02:00:00:00:ff:fe"))
-        cmds = []
+        cmds = ["link set lo up"]   # Thrift listens on the namespace's loopback
         for sw, wire, mac in links:
             cmds += [f"link add {sw} address {mac} type veth peer name {wire}", f"link set {sw} up",
                      f"link set {wire} up", f"link set {sw} mtu 9500", f"link set {wire} mtu 9500"]
@@ -60,7 +60,9 @@ class Rig:
                 "--log-console", "-L", "info"]
         for n in range(1, NPORTS + 1):
             args += ["-i", f"{n}@s{n}"]
-        args += ["-i", "510@s510", str(json_path), "--", "--priority-queues", "8"]
+        self.notify = f"/tmp/{self.ns}.notify"
+        args += ["-i", "510@s510", "--notifications-addr", f"ipc://{self.notify}", str(json_path),
+                 "--", "--priority-queues", "8"]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         ready = threading.Event()
         self.log = []
@@ -138,6 +140,7 @@ class Rig:
     def close(self):
         self.proc.kill()
         self.proc.wait()
+        Path(self.notify).unlink(missing_ok=True)
         for s in self.socks.values():
             s.close()
         self.pool.shutdown()

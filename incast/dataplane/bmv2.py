@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import socket
@@ -96,7 +97,7 @@ def compile_program() -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     r = subprocess.run([p4c, "--std", "p4-16", "--arch", "v1model", "-o", str(tmp / "incast.json"),
-                        "--p4runtime-files", str(tmp / "incast.p4info.txtpb"), str(P4_SOURCE)],
+                        "--p4runtime-files", str(tmp / "incast.p4info.txt"), str(P4_SOURCE)],
                        capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError(f"p4c failed on {P4_SOURCE}: {r.stderr.strip()[-2000:]}")
@@ -134,7 +135,10 @@ class Bmv2Switch(Switch):
                 str(self.thrift_port), "--log-console", "-L", "info"]
         for number, intf in sorted(ports):
             args += ["-i", f"{number}@{intf}"]
-        args += ["-i", f"{TELEMETRY_PORT}@{self.tel_intf}", str(self.json_path),
+        # bmv2's nanomsg notification socket is a file: one per switch of this run.
+        self.notify = f"/run/incast/{os.environ.get('INCAST_RUN', 'incast')}-{self.name}.notify"
+        args += ["-i", f"{TELEMETRY_PORT}@{self.tel_intf}", "--notifications-addr", f"ipc://{self.notify}",
+                 str(self.json_path),
                  "--", "--priority-queues", str(PRIORITY_QUEUES)]
         log = open(self.log_dir / f"{self.name}.bmv2.log", "wb") if self.log_dir else subprocess.DEVNULL
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -157,6 +161,7 @@ class Bmv2Switch(Switch):
             self.proc.kill()
             self.proc.wait()
         subprocess.run(["ip", "link", "del", self.tel_intf], capture_output=True)
+        Path(getattr(self, "notify", "/nonexistent")).unlink(missing_ok=True)
         super().stop(deleteIntfs)
 
     def cli(self, commands: list[str]) -> str:
@@ -311,9 +316,10 @@ class Bmv2DataPlane(DataPlane):
 
 
 def _parse_value(line: str) -> tuple[int, int]:
-    m = re.search(r"packets=(\d+), bytes=(\d+)", line)
+    """(packets, bytes) of a counter_read line, (value, 0) of a register_read line."""
+    m = re.search(r"\((\d+) bytes, (\d+) packets\)", line)
     if m:
-        return int(m.group(1)), int(m.group(2))
+        return int(m.group(2)), int(m.group(1))
     return int(line.split("=", 1)[1].strip()), 0
 
 
