@@ -269,7 +269,10 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
             pause = {"paused_ms": 0.0, "pause_frames_received": 0, "reaction_us": []}
             for h, a in agents:
                 a.terminate()
-                stats = json.loads(a.communicate(timeout=30)[0].strip().splitlines()[-1])
+                out, err = a.communicate(timeout=30)
+                if not out.strip():
+                    raise RunFailed(f"PAUSE agent on {h.name} failed: {err.strip()[-1500:] or 'no output'}")
+                stats = json.loads(out.strip().splitlines()[-1])
                 pause["paused_ms"] += stats["paused_ms"]
                 pause["pause_frames_received"] += stats["pause_frames"] + stats["resume_frames"]
                 pause["reaction_us"] += stats["reaction_us"]
@@ -295,7 +298,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
                     "run_dir": str(results.final)})
     if pause is not None:
         reactions = pause.pop("reaction_us")
-        summary.update({"pause_frames": pause["pause_xoff"] + pause["pause_refresh"] + pause["pause_xon"],
+        summary.update({"pause_frames": pause["pause_frames_sent"] + pause["xon_frames_sent"],
                         "paused_ms": round(pause["paused_ms"], 3),
                         "pause_reaction_us_p50": float(np.median(reactions)) if reactions else None,
                         **pause})

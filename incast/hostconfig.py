@@ -94,6 +94,9 @@ def host_script(host, scenario, rto_min_us: int, features) -> str:
         "set -e",
         f"sysctl -q -w {sysctls}",
         offloads_off_commands(intf) + " || true",
+        # A software switch (bmv2) forwards frames as they are: checksums must be
+        # complete when they leave the host, not left to a NIC that veth does not have.
+        *([f"ethtool -K {intf} tx off >/dev/null 2>&1 || true"] if scenario.dataplane == "bmv2" else []),
         *nic_tc_commands(intf, scenario),
     ]
     if metrics:

@@ -7,9 +7,10 @@
  *     packets, so admission is decided here against a byte occupancy kept in
  *     registers (added at admission, removed when the packet leaves), with bmv2's
  *     own depth set above it only as a backstop; every refusal is counted;
- *   - 802.3x PAUSE: when a port's occupancy passes XOFF, the ports whose traffic
- *     fills it get PAUSE frames (refreshed before they expire) and quanta 0 once
- *     the occupancy falls below XON; received PAUSE/PFC frames are never forwarded;
+ *   - 802.3x PAUSE: when a port's occupancy passes XOFF, every other host port gets
+ *     a PAUSE frame (refreshed before it expires while still above XOFF) and quanta
+ *     0 once the occupancy falls below XON; received PAUSE/PFC frames are never
+ *     forwarded;
  *   - queue telemetry: egress-to-egress (and, for drops, ingress-to-egress) clones to
  *     a collector port, truncated, carrying the incast_tel_t header.
  *
@@ -31,8 +32,7 @@ const bit<8>  PROTO_UDP = 17;
 const bit<32> NPORTS = 512;
 const bit<32> NQUEUES = 4096;                   /* NPORTS * 8 classes */
 const bit<32> TELEMETRY_SESSION = 1;            /* mirror session to the collector port */
-const bit<32> XON_SESSION = 2;                  /* mirror session to multicast group 2: every host port */
-const bit<32> PAUSE_SESSION_BASE = 1000;        /* session 1000 + p sends to port p */
+const bit<32> PAUSE_MC_SESSION = 2;             /* mirror session to multicast group 2: every host port */
 const bit<8>  FL_CLONE = 1;                     /* field list preserved in clones: @field_list(1) */
 
 const bit<8> CLONE_NONE = 0;
@@ -54,8 +54,6 @@ const bit<32> CFG_TEL_MODE = 7;      /* 0 off, 1 every packet, 2 one in N, 3 on 
 const bit<32> CFG_TEL_N = 8;
 const bit<32> CFG_TEL_THRESHOLD = 9; /* bytes (mode 4) */
 const bit<32> CFG_TEL_DELTA = 10;    /* bytes (mode 3) */
-const bit<32> CFG_FIRST_PORT = 11;   /* host ports are FIRST..LAST (PAUSE round robin) */
-const bit<32> CFG_LAST_PORT = 12;
 
 const bit<8> TEL_OFF = 0;
 const bit<8> TEL_ALL = 1;
@@ -199,7 +197,8 @@ register<bit<32>>(NQUEUES) occ_bytes;          /* per (port, class) */
 register<bit<32>>(NQUEUES) limit_bytes;
 register<bit<32>>(NPORTS) port_bytes;          /* per port, all classes */
 register<bit<48>>(NPORTS) pause_until;         /* us; a port is paused while now < this */
-register<bit<1>>(1) pause_active;              /* some port may be paused: XON is due */
+register<bit<1>>(1) pause_active;              /* ports are paused: XON is due */
+register<bit<48>>(1) pause_all_until;          /* us; when the last broadcast PAUSE expires */
 counter(1, CounterType.packets) telemetry_suppressed;
 
 /* ---------------------------------------------------------------- parser */
@@ -371,7 +370,10 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
             }
         }
 
-        /* 802.3x: pause the sender of traffic that fills a port past XOFF. */
+        /* 802.3x: when a port's queues pass XOFF, every other host port is paused
+         * at once (one clone to multicast group 2), as a shallow shared-buffer switch
+         * must: by the time each sender is paused on its own next packet, the
+         * headroom above XOFF is gone. Refreshed while still above XOFF. */
         bit<32> pause_on;
         bit<32> xoff;
         cfg.read(pause_on, CFG_PAUSE_ON);
@@ -381,21 +383,20 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
             bit<32> pause_us;
             bit<32> quanta;
             bit<48> until;
+            bit<1> active;
             cfg.read(refresh_us, CFG_REFRESH_US);
             cfg.read(pause_us, CFG_PAUSE_US);
             cfg.read(quanta, CFG_QUANTA);
-            bit<32> src = (bit<32>)std.ingress_port;
             bit<48> now = std.ingress_global_timestamp;
             bool send = false;
             @atomic {
-                pause_until.read(until, src);
-                if (now + (bit<48>)refresh_us >= until) {
-                    pause_until.write(src, now + (bit<48>)pause_us);
+                pause_active.read(active, 0);
+                pause_all_until.read(until, 0);
+                if (active == 0 || now + (bit<48>)refresh_us >= until) {
+                    pause_all_until.write(0, now + (bit<48>)pause_us);
+                    pause_active.write(0, 1);
                     send = true;
                 }
-            }
-            if (send) {
-                pause_active.write(0, 1);
             }
             if (send) {
                 if (meta.clone_kind == CLONE_TELEMETRY) {
@@ -403,8 +404,8 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
                 }
                 meta.clone_kind = CLONE_PAUSE;
                 meta.quanta = (bit<16>)quanta;
-                pause_tx.count(src);
-                clone_preserving_field_list(CloneType.I2E, PAUSE_SESSION_BASE + src, FL_CLONE);
+                pause_tx.count(p);
+                clone_preserving_field_list(CloneType.I2E, PAUSE_MC_SESSION, FL_CLONE);
             }
         }
         if (meta.clone_kind == CLONE_TELEMETRY) {
@@ -416,14 +417,14 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
 /* ---------------------------------------------------------------- egress */
 control IncastEgress(inout headers_t hdr, inout metadata_t meta,
                      inout standard_metadata_t std) {
-    register<bit<32>>(1) pause_rr;             /* next host port to look at */
     register<bit<32>>(1) tel_seq;
     register<bit<32>>(NPORTS) tel_count;       /* one-in-N sampling */
     register<bit<32>>(NQUEUES) tel_last;       /* on-change sampling */
     register<mac_t>(NPORTS) port_mac;
     counter(NQUEUES, CounterType.packets_and_bytes) tx;
     counter(NPORTS, CounterType.packets) xon_tx;
-    counter(NPORTS, CounterType.packets) pause_refresh_tx;
+    counter(NPORTS, CounterType.packets) pause_port_tx;   /* PAUSE frames sent, per port */
+    counter(NPORTS, CounterType.packets) xon_port_tx;     /* quanta-0 frames sent, per port */
 
     action to_pause_frame() {
         /* A byte-exact 802.3x PAUSE frame: 01:80:C2:00:00:01, 0x8808, opcode 1. */
@@ -478,17 +479,30 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
     apply {
         if (std.instance_type == 1 || std.instance_type == 2) {   /* I2E or E2E clone */
             if (meta.clone_kind == CLONE_PAUSE) {
+                bit<32> e = (bit<32>)std.egress_port;
                 if (meta.quanta == 0) {
                     /* An XON replica: only for ports that are paused. */
                     bit<48> until;
                     @atomic {
-                        pause_until.read(until, (bit<32>)std.egress_port);
-                        pause_until.write((bit<32>)std.egress_port, 0);
+                        pause_until.read(until, e);
+                        pause_until.write(e, 0);
                     }
                     if (until <= std.egress_global_timestamp) {
                         mark_to_drop(std);
                         return;
                     }
+                    xon_port_tx.count(e);
+                } else {
+                    /* A PAUSE replica: not to the congested port (its host only
+                     * receives; pausing it would hold back the ACKs). */
+                    if (std.egress_port == (bit<9>)meta.out_port) {
+                        mark_to_drop(std);
+                        return;
+                    }
+                    bit<32> pause_us;
+                    cfg.read(pause_us, CFG_PAUSE_US);
+                    pause_until.write(e, std.egress_global_timestamp + (bit<48>)pause_us);
+                    pause_port_tx.count(e);
                 }
                 to_pause_frame();
             } else {
@@ -533,17 +547,13 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         meta.deq_timedelta = std.deq_timedelta;
         meta.deq_ts = std.egress_global_timestamp;
 
-        /* PAUSE upkeep. Below XON: one clone to multicast group 2 sends quanta 0 to
-         * every paused port at once. Above XOFF: refresh, one host port per departure
-         * (round robin), the pauses that are about to expire. */
+        /* Below XON: one clone to multicast group 2 sends quanta 0 to every paused port. */
         bit<32> pause_on;
         cfg.read(pause_on, CFG_PAUSE_ON);
         bool cloned = false;
         if (pause_on != 0) {
             bit<32> xon;
-            bit<32> xoff;
             cfg.read(xon, CFG_XON);
-            cfg.read(xoff, CFG_XOFF);
             bit<1> active;
             bool release = false;
             @atomic {
@@ -557,46 +567,8 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
                 meta.clone_kind = CLONE_PAUSE;
                 meta.quanta = 0;
                 xon_tx.count(p);
-                clone_preserving_field_list(CloneType.E2E, XON_SESSION, FL_CLONE);
+                clone_preserving_field_list(CloneType.E2E, PAUSE_MC_SESSION, FL_CLONE);
                 cloned = true;
-            } else if (port_occ > xoff) {
-                bit<32> first;
-                bit<32> last;
-                bit<32> refresh_us;
-                bit<32> pause_us;
-                bit<32> quanta;
-                cfg.read(first, CFG_FIRST_PORT);
-                cfg.read(last, CFG_LAST_PORT);
-                cfg.read(refresh_us, CFG_REFRESH_US);
-                cfg.read(pause_us, CFG_PAUSE_US);
-                cfg.read(quanta, CFG_QUANTA);
-                bit<48> now = std.egress_global_timestamp;
-                bit<32> rr;
-                bit<48> until;
-                bool refresh = false;
-                @atomic {
-                    pause_rr.read(rr, 0);
-                    if (rr < first || rr >= last) {
-                        pause_rr.write(0, first);
-                    } else {
-                        pause_rr.write(0, rr + 1);
-                    }
-                    if (rr < first || rr > last) {
-                        rr = first;
-                    }
-                    pause_until.read(until, rr);
-                    if (until > now && until <= now + (bit<48>)refresh_us) {
-                        pause_until.write(rr, now + (bit<48>)pause_us);
-                        refresh = true;
-                    }
-                }
-                if (refresh) {
-                    meta.clone_kind = CLONE_PAUSE;
-                    meta.quanta = (bit<16>)quanta;
-                    pause_refresh_tx.count(rr);
-                    clone_preserving_field_list(CloneType.E2E, PAUSE_SESSION_BASE + rr, FL_CLONE);
-                    cloned = true;
-                }
             }
         }
 

@@ -43,13 +43,11 @@ MIN_VERSION = (1, 15, 1)          # per-priority queue depth/rate and the priori
 PRIORITY_QUEUES = 8
 TELEMETRY_PORT = 510
 TELEMETRY_SESSION = 1
-XON_SESSION = 2
-PAUSE_SESSION_BASE = 1000
+PAUSE_MC_SESSION = 2
 TELEMETRY_FRAME = 14 + 68 + 14 + 20 + 20   # the P4 program's truncate() length
 THRIFT_BASE_PORT = 9090
 CFG = {"switch_id": 0, "pause_on": 1, "xoff": 2, "xon": 3, "quanta": 4, "pause_us": 5,
-       "refresh_us": 6, "tel_mode": 7, "tel_n": 8, "tel_threshold": 9, "tel_delta": 10,
-       "first_port": 11, "last_port": 12}
+       "refresh_us": 6, "tel_mode": 7, "tel_n": 8, "tel_threshold": 9, "tel_delta": 10}
 
 
 def tool(name: str) -> str | None:
@@ -229,10 +227,10 @@ class Bmv2DataPlane(DataPlane):
                 if p.peer == h.name:
                     cmds.append(f"table_add IncastIngress.l2_forward IncastIngress.set_egress {h.MAC()} => {p.number}")
         ports = " ".join(map(str, numbers))
-        # Group 1 floods (ARP); group 2 carries XON (quanta 0) to every paused port at once.
+        # Group 1 floods (ARP); group 2 carries PAUSE and XON frames to every host port.
         cmds += ["mc_mgrp_create 1", f"mc_node_create 0 {ports}", "mc_node_associate 1 0",
                  "mc_mgrp_create 2", f"mc_node_create 1 {ports}", "mc_node_associate 2 1",
-                 f"mirroring_add_mc {XON_SESSION} 2"]
+                 f"mirroring_add_mc {PAUSE_MC_SESSION} 2"]
         for dscp, c in enumerate(s.switch.qos.dscp_table()):
             if c:
                 cmds.append(f"table_add IncastIngress.classify_dscp IncastIngress.set_class {dscp} => {c}")
@@ -243,12 +241,10 @@ class Bmv2DataPlane(DataPlane):
         cfg = {"switch_id": sw.device_id, "pause_on": int(s.switch.pause.enabled), "xoff": xoff, "xon": xon,
                "quanta": quanta, "pause_us": pause_us, "refresh_us": pause_us // 2,
                "tel_mode": mode, "tel_n": param if mode == 2 else 1,
-               "tel_threshold": param if mode == 4 else 0, "tel_delta": param if mode == 3 else 0,
-               "first_port": min(numbers), "last_port": max(numbers)}
+               "tel_threshold": param if mode == 4 else 0, "tel_delta": param if mode == 3 else 0}
         cmds += [f"register_write cfg {CFG[k]} {v}" for k, v in cfg.items()]
         cmds.append(f"mirroring_add {TELEMETRY_SESSION} {TELEMETRY_PORT}")
         for p in host_ports:
-            cmds.append(f"mirroring_add {PAUSE_SESSION_BASE + p.number} {p.number}")
             cmds.append(f"register_write IncastEgress.port_mac {p.number} {mac_int(sw.intf(p.name).MAC())}")
         return cmds
 
@@ -300,10 +296,13 @@ class Bmv2DataPlane(DataPlane):
         return pd.DataFrame(rows)
 
     def pause_counters(self) -> dict:
-        """PAUSE frames the switches sent: at XOFF, refreshes, and XON (quanta 0)."""
-        out = {"pause_xoff": 0, "pause_refresh": 0, "pause_xon": 0, "mac_control_rx": 0}
-        names = {"IncastIngress.pause_tx": "pause_xoff", "IncastEgress.pause_refresh_tx": "pause_refresh",
-                 "IncastEgress.xon_tx": "pause_xon", "IncastIngress.mac_control_rx": "mac_control_rx"}
+        """PAUSE activity of the switches: XOFF events (each pauses every other host
+        port), XON events, and the frames sent (PAUSE and quanta 0)."""
+        out = {"pause_xoff_events": 0, "pause_xon_events": 0, "pause_frames_sent": 0,
+               "xon_frames_sent": 0, "mac_control_rx": 0}
+        names = {"IncastIngress.pause_tx": "pause_xoff_events", "IncastEgress.xon_tx": "pause_xon_events",
+                 "IncastEgress.pause_port_tx": "pause_frames_sent", "IncastEgress.xon_port_tx": "xon_frames_sent",
+                 "IncastIngress.mac_control_rx": "mac_control_rx"}
         for sw in self.switches:
             numbers = [p.number for p in self.ports if p.switch == sw.name]
             reads = [("c", n, i) for n in names for i in numbers]
