@@ -17,6 +17,10 @@ from .dataplane.linux import WIRE_OVERHEAD, htb_burst, offloads_off_commands
 from .scenario import ETH_HLEN
 
 NIC_QUEUE_PACKETS = 10_000
+# A NIC sends at line rate and no faster: its bucket holds two frames, enough to ride
+# out a late timer, not enough for the bursts a deep bucket would release (every host
+# at once, after a PAUSE ends).
+NIC_BURST_FRAMES = 2
 
 
 def tcp_sysctls(scenario, rto_min_us: int, features) -> dict[str, str]:
@@ -59,7 +63,7 @@ def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False) -> str:
     limit = NIC_QUEUE_PACKETS * (frame + WIRE_OVERHEAD)
     if paused:   # nothing more leaves (bar the frame already on its way, as on a real NIC)
         return f"qdisc change dev {dev} root handle 1: tbf rate 8bit burst {frame} limit {limit}"
-    return (f"qdisc replace dev {dev} root handle 1: tbf rate {rate}bit burst {htb_burst(mtu)} "
+    return (f"qdisc replace dev {dev} root handle 1: tbf rate {rate}bit burst {NIC_BURST_FRAMES * frame} "
             f"limit {limit} overhead {WIRE_OVERHEAD}")
 
 

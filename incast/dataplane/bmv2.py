@@ -205,15 +205,19 @@ class Bmv2DataPlane(DataPlane):
                                  log_dir=dp.log_dir, **params)
         return _Switch
 
-    def commands(self, sw: Bmv2Switch, net) -> list[str]:
+    def commands(self, sw: Bmv2Switch, net, client: str) -> list[str]:
         s = self.scenario
         mtu = s.link.mtu
         limits = s.switch.class_limits(mtu)
-        pps = link_pps(s.link.rate, mtu)
         host_ports = [p for p in self.ports if p.switch == sw.name]
         numbers = [p.number for p in host_ports]
         cmds = []
         for p in host_ports:
+            # bmv2 paces in packets per second. Toward the client go full-size data
+            # frames; toward the servers go ACKs, requests and PAUSE frames, which a
+            # real link of this rate carries at its small-frame packet rate.
+            frame_mtu = mtu if p.peer == client else 64 - ETH_HLEN
+            pps = link_pps(s.link.rate, frame_mtu)
             for c, limit in enumerate(limits):
                 prio = PRIORITY_QUEUES - 1 - c
                 backstop = limit // 60 + 8   # more packets than the byte limit can ever admit
@@ -260,8 +264,9 @@ class Bmv2DataPlane(DataPlane):
                 subprocess.run(["tc", "qdisc", "replace", "dev", p.name, "root", "noqueue"],
                                check=True, capture_output=True)
         scripts = []
+        client = getattr(topo, "client", None)
         for sw in self.switches:
-            cmds = self.commands(sw, net)
+            cmds = self.commands(sw, net, client)
             sw.cli(cmds)
             scripts.append(f"# {sw.name} (thrift port {sw.thrift_port})\n" + "\n".join(cmds))
         self.cli_script = "\n".join(scripts) + "\n"
