@@ -58,9 +58,16 @@ class Gate:
             self.closed_since = None
 
     def _apply(self, cmd):
-        self.tc.stdin.write(f"{cmd}\nqdisc show dev {self.dev} root\n")
+        self.tc.stdin.write(f"{cmd}\nqdisc show dev {self.dev}\n")
         self.tc.stdin.flush()
-        self.tc.stdout.readline()   # the show's one line: the change is in force
+        # Each show lists the root qdisc once (children say "parent"): its line means
+        # the change before it is in force.
+        while True:
+            line = self.tc.stdout.readline()
+            if not line:
+                raise RuntimeError("tc exited")
+            if " root " in line:
+                return
 
     def stop(self):
         self.open()
