@@ -134,9 +134,11 @@ def test_pause_stops_the_host_for_its_quanta(pair):
     print(f"\npause {pause_s * 1e3:.1f} ms -> sending stopped after {reaction * 1e3:.2f} ms "
           f"for {gap * 1e3:.2f} ms; agent: {stats}")
     assert stats["pause_frames"] == 1 and stats["expiries"] == 1
+    # Measured on an idle 2-core machine: 0.3-0.4 ms to stop, the quanta's length within
+    # 0.5 ms. The bounds leave room for a machine that is busy with other work.
     assert -0.001 < reaction < 0.005
-    assert abs(gap - pause_s) < 0.005
-    assert stats["paused_ms"] == pytest.approx(pause_s * 1e3, abs=3)
+    assert abs(gap - pause_s) < 0.008
+    assert stats["paused_ms"] == pytest.approx(pause_s * 1e3, abs=8)
 
 
 def test_quanta_zero_resumes_at_once(pair):
@@ -146,4 +148,4 @@ def test_quanta_zero_resumes_at_once(pair):
     gap, gap_start = longest_gap(out["arrivals"], pause_at - 0.01, pause_at + 0.3)
     print(f"\nresumed {resume_at - pause_at:.4f} s after the PAUSE; gap {gap * 1e3:.2f} ms; agent: {stats}")
     assert stats["pause_frames"] == 1 and stats["resume_frames"] == 1 and stats["expiries"] == 0
-    assert abs(gap - (resume_at - pause_at)) < 0.005   # 0xFFFF quanta would be 335 ms
+    assert abs(gap - (resume_at - pause_at)) < 0.008   # 0xFFFF quanta would be 335 ms
