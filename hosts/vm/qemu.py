@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""Run a command inside a QEMU VM booted on one of the incast kernels.
+
+The guest's root filesystem is the host's own, shared read-only over 9p (so every
+program, the repository and /opt/incast/venv are there, at the same paths); /tmp,
+/run, /var/tmp and /dev/shm are tmpfs. A second 9p share carries the command in and
+the results out. hosts/vm/guest-init.sh is the guest's PID 1: it mounts proc, sys,
+devtmpfs, tracefs, debugfs, bpffs and cgroup2, runs the command, writes its output
+and exit status to the results share, and powers the VM off.
+
+As a module::
+
+    from hosts.vm import qemu
+    r = qemu.run("sysctl net.ipv4.tcp_rto_hrtimer", kernel="hrtimer", timeout=300)
+    r.returncode, r.output, r.results_dir   # the guest command's status and output
+
+As a command (run as root; prints the guest command's output, exits with its status)::
+
+    python3 hosts/vm/qemu.py --kernel hrtimer [--results DIR] [--timeout S] -- CMD [ARG...]
+
+``kernel`` is ``stock`` or ``hrtimer`` (the bzImage that kernels/build.sh built for
+the current inputs) or the path of any bzImage with virtio, 9p and tmpfs built in.
+KVM is used when /dev/kvm works, otherwise TCG (slower, with more timer jitter): a
+KVM that opens but cannot run the guest (QEMU fails at once, or the console stays
+silent) is noted and the VM is booted again under TCG. INCAST_VM_ACCEL=tcg|kvm forces
+a choice.
+QEMU is killed on every way out of run(): completion, timeout, exception, SIGINT,
+SIGTERM, and (PR_SET_PDEATHSIG) the death of the calling process.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+GUEST_INIT = HERE / "guest-init.sh"
+BUILD_SH = REPO / "kernels" / "build.sh"
+QEMU = "qemu-system-x86_64"
+VARIANTS = ("stock", "hrtimer")
+KVM_SILENCE_S = 20          # a KVM guest that prints nothing for this long is not running
+_kvm_broken = False
+
+
+class VMError(RuntimeError):
+    """The VM could not be started, or it did not run the command to completion."""
+
+
+@dataclass
+class VMResult:
+    returncode: int | None      # exit status of the guest command; None if it never finished
+    output: str                 # its stdout and stderr
+    console: str                # the guest's serial console (kernel log, init messages)
+    results_dir: Path           # the results share: output.txt, exit-status, guest.txt, ...
+    elapsed: float              # seconds from QEMU start to QEMU exit
+    timed_out: bool = False
+    accel: str = "tcg"
+    kernel: Path = field(default_factory=Path)
+    guest: dict = field(default_factory=dict)   # parsed guest.txt (kernel-release, ...)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def kernel_dir(variant: str | None = None) -> Path | None:
+    """The kernels/build.sh result directory for the current inputs, if ``variant``
+    (default: both variants) is built there."""
+    if not BUILD_SH.exists():
+        return None
+    args = ["--variant", variant] if variant else []
+    r = subprocess.run(["bash", str(BUILD_SH), *args, "--print-dir"], capture_output=True,
+                       text=True)
+    out = r.stdout.strip()
+    return Path(out) if r.returncode == 0 and out else None
+
+
+def find_kernel(kernel: str | os.PathLike) -> Path:
+    """Resolve ``stock``/``hrtimer`` (or a path) to a bzImage, or raise VMError."""
+    if str(kernel) in VARIANTS:
+        d = kernel_dir(str(kernel))
+        if d is None or not (d / str(kernel) / "bzImage").is_file():
+            raise VMError(f"kernel {kernel!r} is not built for the current inputs: run kernels/build.sh")
+        return d / str(kernel) / "bzImage"
+    p = Path(kernel)
+    if not p.is_file():
+        raise VMError(f"no such kernel image: {p}")
+    return p
+
+
+def qemu_binary() -> str | None:
+    return shutil.which(QEMU)
+
+
+def kvm_usable() -> bool:
+    """True if /dev/kvm opens and can create a VM (a device node alone is not enough)."""
+    import fcntl
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if fcntl.ioctl(fd, 0xAE00) != 12:            # KVM_GET_API_VERSION
+            return False
+        vm = fcntl.ioctl(fd, 0xAE01, 0)              # KVM_CREATE_VM
+        os.close(vm)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _set_pdeathsig() -> None:
+    """In the QEMU child: die with the parent (PR_SET_PDEATHSIG = 1)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=3)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+class _Signalled(BaseException):
+    pass
+
+
+@contextlib.contextmanager
+def _signals_raise():
+    """Turn SIGTERM/SIGHUP into an exception while QEMU runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise _Signalled(signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def qemu_command(kernel: Path, results_dir: Path, console: Path, *, cpus: int = 2,
+                 memory_mb: int = 2048, accel: str = "tcg", append: str = "") -> list[str]:
+    cmdline = " ".join([
+        "console=ttyS0", "loglevel=4", "panic=-1", "oops=panic",
+        "root=/dev/root", "rootfstype=9p",
+        "rootflags=trans=virtio,version=9p2000.L,msize=262144,cache=loose", "ro",
+        "init=/bin/bash", append, "--", str(GUEST_INIT),
+    ])
+    cmd = [qemu_binary() or QEMU, "-name", "incast-vm", "-nodefaults", "-no-user-config",
+           "-machine", "q35", "-smp", str(cpus), "-m", str(memory_mb),
+           "-display", "none", "-monitor", "none", "-no-reboot",
+           "-serial", f"file:{console}",
+           "-kernel", str(kernel), "-append", cmdline,
+           "-fsdev", "local,id=rootfs,path=/,security_model=none,readonly=on,multidevs=remap",
+           "-device", "virtio-9p-pci,fsdev=rootfs,mount_tag=/dev/root",
+           "-fsdev", f"local,id=results,path={results_dir},security_model=none,multidevs=remap",
+           "-device", "virtio-9p-pci,fsdev=results,mount_tag=results",
+           "-device", "virtio-rng-pci"]
+    if accel == "kvm":
+        cmd += ["-accel", "kvm", "-cpu", "host"]
+    else:
+        cmd += ["-accel", "tcg,thread=multi", "-cpu", "max"]
+    return cmd
+
+
+def run(command: str | list[str], kernel: str | os.PathLike = "stock", *,
+        results_dir: str | os.PathLike | None = None, timeout: float = 900,
+        cpus: int = 2, memory_mb: int = 2048, cwd: str | os.PathLike | None = None,
+        env: dict[str, str] | None = None, append: str = "", accel: str | None = None,
+        check: bool = False) -> VMResult:
+    """Boot ``kernel``, run ``command`` (a shell string, or an argv list) as root in the
+    guest, and return its status and output once the guest has powered off.
+
+    ``results_dir`` (created if missing; a fresh temporary directory by default) is
+    writable from the guest at /run/incast-vm/results, exported to the command as
+    $RESULTS: put anything the caller should read there. ``env`` adds environment
+    variables; ``cwd`` defaults to the caller's directory (the same path in the guest).
+    On timeout QEMU is killed and ``timed_out`` is set (``returncode`` is None).
+    With ``check``, a non-zero or missing status raises VMError.
+    """
+    global _kvm_broken
+    image = find_kernel(kernel)
+    if qemu_binary() is None:
+        raise VMError(f"{QEMU} not found (Debian package qemu-system-x86)")
+    auto = accel is None and not os.environ.get("INCAST_VM_ACCEL")
+    accel = accel or os.environ.get("INCAST_VM_ACCEL") or (
+        "kvm" if kvm_usable() and not _kvm_broken else "tcg")
+    rdir = Path(results_dir) if results_dir else Path(tempfile.mkdtemp(prefix="incast-vm-"))
+    rdir.mkdir(parents=True, exist_ok=True)
+    for name in ("output.txt", "exit-status", "guest.txt", "console.log"):
+        with contextlib.suppress(FileNotFoundError):
+            (rdir / name).unlink()
+
+    script = ["set -o pipefail", "export RESULTS=/run/incast-vm/results"]
+    for k, v in (env or {}).items():
+        script.append(f"export {k}={shlex.quote(str(v))}")
+    script.append(command if isinstance(command, str) else shlex.join(map(str, command)))
+    (rdir / "command.sh").write_text("\n".join(script) + "\n")
+    (rdir / "cwd").write_text(str(Path(cwd) if cwd else Path.cwd()) + "\n")
+
+    console = rdir / "console.log"
+    qemu_log = rdir / "qemu-output.txt"
+    cmd = qemu_command(image, rdir, console, cpus=cpus, memory_mb=memory_mb, accel=accel,
+                       append=append)
+    (rdir / "qemu-command.txt").write_text(shlex.join(cmd) + "\n")
+    timed_out = kvm_failed = False
+    t0 = time.monotonic()
+    with open(qemu_log, "wb") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True, preexec_fn=_set_pdeathsig)
+    try:
+        with _signals_raise():
+            while proc.poll() is None:
+                waited = time.monotonic() - t0
+                if waited > timeout:
+                    timed_out = True
+                    break
+                if (auto and accel == "kvm" and waited > KVM_SILENCE_S
+                        and (not console.exists() or console.stat().st_size == 0)):
+                    kvm_failed = True
+                    break
+                time.sleep(0.2)
+    finally:
+        _kill(proc)
+    elapsed = time.monotonic() - t0
+    qemu_out = qemu_log.read_bytes()
+    if auto and accel == "kvm" and not (rdir / "exit-status").exists() and not timed_out \
+            and (kvm_failed or elapsed < KVM_SILENCE_S):
+        _kvm_broken = True      # KVM opens but does not run this guest: use TCG from now on
+        return run(command, kernel, results_dir=rdir, timeout=timeout, cpus=cpus,
+                   memory_mb=memory_mb, cwd=cwd, env=env, append=append, accel="tcg",
+                   check=check)
+
+    status = rdir / "exit-status"
+    rc = int(status.read_text().strip()) if status.is_file() else None
+    guest = {}
+    with contextlib.suppress(FileNotFoundError):
+        for line in (rdir / "guest.txt").read_text().splitlines():
+            k, _, v = line.partition(": ")
+            guest[k] = v
+    result = VMResult(returncode=rc,
+                      output=_read(rdir / "output.txt"),
+                      console=_read(console),
+                      results_dir=rdir, elapsed=elapsed, timed_out=timed_out,
+                      accel=accel, kernel=image, guest=guest)
+    if rc is None and not timed_out and qemu_out:
+        result.console += "\n[qemu] " + qemu_out.decode(errors="replace")
+    if check and rc != 0:
+        why = "timed out" if timed_out else (f"exit status {rc}" if rc is not None else "no exit status")
+        raise VMError(f"guest command {why}; console tail:\n{result.console[-3000:]}\n"
+                      f"output tail:\n{result.output[-3000:]}")
+    return result
+
+
+def _read(p: Path) -> str:
+    try:
+        return p.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="example: hosts/vm/qemu.py --kernel hrtimer -- "
+                                        "sysctl net.ipv4.tcp_rto_hrtimer")
+    ap.add_argument("--kernel", default="stock", help="stock, hrtimer, or a bzImage path")
+    ap.add_argument("--results", help="results directory (default: a new one under /tmp)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds before QEMU is killed")
+    ap.add_argument("--cpus", type=int, default=2)
+    ap.add_argument("--memory", type=int, default=2048, help="MiB")
+    ap.add_argument("--accel", choices=("kvm", "tcg"), help="default: kvm if /dev/kvm works")
+    ap.add_argument("--append", default="", help="extra kernel command line")
+    ap.add_argument("--console", action="store_true", help="also print the guest console")
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="command to run in the guest")
+    a = ap.parse_args(argv)
+    cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
+    if not cmd:
+        ap.error("no command given")
+    command = cmd[0] if len(cmd) == 1 else cmd
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        r = run(command, a.kernel, results_dir=a.results, timeout=a.timeout, cpus=a.cpus,
+                memory_mb=a.memory, accel=a.accel, append=a.append)
+    except VMError as e:
+        print(f"qemu.py: {e}", file=sys.stderr)
+        return 125
+    except _Signalled as e:
+        print(f"qemu.py: stopped by signal {e.args[0]}; QEMU killed", file=sys.stderr)
+        return 128 + e.args[0]
+    except KeyboardInterrupt:
+        print("qemu.py: interrupted; QEMU killed", file=sys.stderr)
+        return 130
+    if a.console:
+        sys.stderr.write(r.console)
+    sys.stdout.write(r.output)
+    print(f"qemu.py: {r.guest.get('kernel-release', '?')} ({r.accel}), {r.elapsed:.1f} s, "
+          f"results in {r.results_dir}" + (", TIMED OUT" if r.timed_out else ""), file=sys.stderr)
+    if r.returncode is None:
+        print("qemu.py: the guest command did not finish; console tail:\n" + r.console[-2000:],
+              file=sys.stderr)
+        return 124 if r.timed_out else 125
+    return r.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
