@@ -70,7 +70,8 @@ def environment(features: Features, scenario: Scenario, rto_min_us: int) -> dict
     return {
         "kernel": features.kernel, "hz": features.hz, "jiffy_us": features.jiffy_us,
         "rto_min_us": rto_min_us,
-        "rto_floor_us": features.effective_rto_floor_us(rto_min_us),
+        "rto_floor_us": features.effective_rto_floor(
+            rto_min_us, features.hrtimer_rto and scenario.tcp.hrtimer_rto is not False),
         "dataplane": scenario.dataplane, "machine": platform.machine(),
         "cpus": len(__import__("os").sched_getaffinity(0)),
         "versions": versions, "features": features.as_dict(),
@@ -137,8 +138,48 @@ def _queue_delta(before: pd.DataFrame, after: pd.DataFrame, rep: int) -> pd.Data
     return delta
 
 
+def run_in_vm(scenario: Scenario, out: Path, log=lambda msg: None) -> Outcome:
+    """Run the scenario inside a VM booted with the stock or hrtimer kernel: the same
+    code, on the machine's root shared read-only; the results come back through the
+    VM's writable share and land at out like any run's."""
+    import shutil
+    import tempfile
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from hosts.vm import qemu
+    from .probe import MissingFeature
+    from .results import ResultsExist
+    out = Path(out)
+    if out.exists():
+        raise ResultsExist(f"{out} exists; choose another --out")
+    if qemu.qemu_binary() is None:
+        raise MissingFeature("--kernel needs qemu-system-x86_64 (Debian package qemu-system-x86)")
+    if qemu.kernel_dir(scenario.kernel) is None:
+        raise MissingFeature(f"the {scenario.kernel} kernel is not built for the current inputs: run kernels/build.sh")
+    inner = scenario.model_copy(update={"kernel": "host"})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".incast-vm-", dir=out.parent) as tmp:
+        Path(tmp, "scenario.toml").write_text(to_toml(inner))
+        log(f"booting the {scenario.kernel} kernel")
+        r = qemu.run(f"{sys.executable} -m incast run $RESULTS/scenario.toml --out $RESULTS/run --json",
+                     kernel=scenario.kernel, results_dir=tmp, timeout=3600, cwd=REPO)
+        if r.returncode != 0 or not Path(tmp, "run", "summary.json").is_file():
+            lines = [ln for ln in (r.output or "").strip().splitlines() if ln.startswith("incast:")]
+            why = lines[-1] if lines else ("timed out" if r.timed_out else f"exit status {r.returncode}")
+            raise RunFailed(f"the run in the {scenario.kernel} VM failed: {why}")
+        shutil.move(str(Path(tmp, "run")), str(out))
+    summary = json.loads((out / "summary.json").read_text())
+    summary.update({"kernel": scenario.kernel, "run_dir": str(out)})
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "scenario.toml").write_text(to_toml(scenario))
+    log(one_line(summary))
+    return Outcome(run_dir=out, summary=summary)
+
+
 def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> Outcome:
     """Run a validated scenario; write its results directory at out."""
+    if scenario.kernel != "host":
+        return run_in_vm(scenario, out, log)
     features = probe()
     for note in require(features, scenario):
         log(note)

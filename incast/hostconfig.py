@@ -39,6 +39,10 @@ def tcp_sysctls(scenario, rto_min_us: int, features) -> dict[str, str]:
     }
     if features.rto_min_us_sysctl:
         s["net.ipv4.tcp_rto_min_us"] = str(rto_min_us)
+    if features.hrtimer_rto:
+        s["net.ipv4.tcp_rto_hrtimer"] = "0" if tcp.hrtimer_rto is False else "1"
+        s["net.ipv4.tcp_rto_random_pct"] = str(tcp.rto_random_pct)
+        s["net.ipv4.tcp_delack_us"] = str(tcp.delack_us)
     return s
 
 

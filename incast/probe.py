@@ -32,6 +32,7 @@ class Features:
     qdiscs: dict[str, bool]
     u32: bool
     rto_min_us_sysctl: bool
+    hrtimer_rto: bool
     cc_available: list[str]
     cc_allowed: list[str]
     tools: dict[str, bool]
@@ -43,6 +44,9 @@ class Features:
     @property
     def jiffy_us(self) -> int:
         return 1_000_000 // self.hz
+
+    def effective_rto_floor(self, rto_min_us: int, hrtimer: bool) -> int:
+        return rto_min_us if hrtimer else self.effective_rto_floor_us(rto_min_us)
 
     @property
     def lowest_rto_min_us(self) -> int:
@@ -119,7 +123,7 @@ def _measure_hz() -> int:
     return min((100, 250, 300, 1000), key=lambda hz: abs(hz - rate))
 
 
-def _probe_netns() -> tuple[dict[str, bool], bool, bool]:
+def _probe_netns() -> tuple[dict[str, bool], bool, bool, bool]:
     """Try each qdisc and the u32 classifier on a veth link in a scratch namespace."""
     ns = f"incast-probe-{uuid.uuid4().hex[:8]}"
     qdiscs = {}
@@ -141,9 +145,10 @@ def _probe_netns() -> tuple[dict[str, bool], bool, bool]:
         u32 = r.returncode == 0
         r = nsrun("sysctl", "-n", "net.ipv4.tcp_rto_min_us")
         rto_us = r.returncode == 0
+        hr = nsrun("sysctl", "-n", "net.ipv4.tcp_rto_hrtimer").returncode == 0
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    return qdiscs, u32, rto_us
+    return qdiscs, u32, rto_us, hr
 
 
 def _drop_reasons(tracefs: str | None) -> dict[str, int]:
@@ -165,7 +170,7 @@ def probe() -> Features:
     if not all(tools.values()):
         missing = ", ".join(t for t, ok in tools.items() if not ok)
         raise MissingFeature(f"missing tools: {missing} (run scripts/setup.sh)")
-    qdiscs, u32, rto_us = _probe_netns()
+    qdiscs, u32, rto_us, hrtimer = _probe_netns()
     sysctl = Path("/proc/sys/net/ipv4")
     cc_avail = (sysctl / "tcp_available_congestion_control").read_text().split()
     cc_allowed = (sysctl / "tcp_allowed_congestion_control").read_text().split()
@@ -179,7 +184,7 @@ def probe() -> Features:
     for tp in ("qdisc/qdisc_enqueue", "qdisc/qdisc_dequeue", "skb/kfree_skb"):
         tps[tp.replace("/", ":")] = bool(tracefs) and Path(tracefs, "events", tp).is_dir()
     return Features(kernel=platform.release(), hz=kernel_hz(), qdiscs=qdiscs, u32=u32,
-                    rto_min_us_sysctl=rto_us, cc_available=cc_avail, cc_allowed=cc_allowed,
+                    rto_min_us_sysctl=rto_us, hrtimer_rto=hrtimer, cc_available=cc_avail, cc_allowed=cc_allowed,
                     tools=tools, bpftrace=version, tracefs=tracefs, tracepoints=tps,
                     qdisc_drop_reasons=_drop_reasons(tracefs))
 
@@ -203,8 +208,12 @@ def require(features: Features, scenario) -> list[str]:
         ok, why = features.telemetry_ok()
         if not ok:
             raise MissingFeature("telemetry: " + why)
+    t = scenario.tcp
+    if (t.hrtimer_rto or t.rto_random_pct or t.delack_us) and not features.hrtimer_rto:
+        raise MissingFeature("tcp.hrtimer_rto/rto_random_pct/delack_us need the hrtimer kernel "
+                             "(kernels/; run with --kernel hrtimer)")
     rto = scenario.tcp.rto_min
-    if rto != "min":
+    if rto != "min" and not features.hrtimer_rto:
         if not features.rto_min_us_sysctl and rto % 1000:
             raise MissingFeature("tcp.rto_min below ms resolution needs net.ipv4.tcp_rto_min_us (Linux >= 6.11)")
         floor = features.effective_rto_floor_us(rto)

@@ -205,6 +205,10 @@ class TCP(_Model):
     dupack_threshold: int = Field(3, ge=1, le=300, description="net.ipv4.tcp_reordering")
     initcwnd: int | None = Field(None, ge=1, le=1000, description="segments; kernel default when unset")
     slow_start_after_idle: bool = True
+    # Microsecond timers of the hrtimer kernel (kernels/); refused on a kernel without them.
+    hrtimer_rto: bool | None = Field(None, description="net.ipv4.tcp_rto_hrtimer; default: on where the kernel has it")
+    rto_random_pct: int = Field(0, ge=0, le=100, description="net.ipv4.tcp_rto_random_pct (50: the paper's)")
+    delack_us: int = Field(0, ge=0, le=1_000_000, description="net.ipv4.tcp_delack_us; 0 = the kernel's delayed ACK")
 
 
 class Workload(_Model):
@@ -262,6 +266,7 @@ class Telemetry(_Model):
 class Scenario(_Model):
     name: str = Field("incast", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     dataplane: Literal["linux", "bmv2"] = "linux"
+    kernel: Literal["host", "stock", "hrtimer"] = "host"
     topology: Topology = Topology()
     link: Link = Link()
     switch: Switch = Switch()
@@ -323,6 +328,9 @@ ALIASES = {
     "telemetry": "telemetry.enabled",
     "telemetry_sample": "telemetry.sample",
     "switch": "dataplane",
+    "hrtimer_rto": "tcp.hrtimer_rto",
+    "rto_random_pct": "tcp.rto_random_pct",
+    "delack_us": "tcp.delack_us",
     "pause": "switch.pause.enabled",
     "xoff": "switch.pause.xoff",
     "xon": "switch.pause.xon",
