@@ -21,6 +21,8 @@ BAD_RUNS = [
     (["--delayed-ack", "perhaps"], "tcp.delayed_ack"),
     (["--link-rate", "1G"], "link.rate"),
     (["--workload", "random"], "workload.kind"),
+    (["--kernel", "windows"], "kernel"),
+    (["--switch", "ovs"], "dataplane"),
     (["--cc", "no_such_cc"], "no_such_cc"),              # refused by the kernel probe
     (["--set", "switch.colour=red"], "switch.colour"),
     (["--set", "senders"], "FIELD=VALUE"),
