@@ -210,6 +210,9 @@ def remove_run(token: str, state: dict | None = None) -> dict:
             Path("/proc/sys", key.replace(".", "/")).write_text(old)
         except OSError:
             pass
+    # Files the run's processes made beside its state (bmv2's notification sockets).
+    for leftover in STATE_DIR.glob(f"{token}-*"):
+        leftover.unlink(missing_ok=True)
     state_file.unlink(missing_ok=True)
     return {"token": token, "processes": killed, "namespaces": len(names)}
 

@@ -29,6 +29,7 @@ def our_netns() -> set[str]:
 
 
 def our_state() -> set[str]:
+    """Run state files and anything else runs leave in /run/incast."""
     d = Path("/run/incast")
     return {p.name for p in d.iterdir()} if d.is_dir() else set()
 
