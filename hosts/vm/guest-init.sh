@@ -22,9 +22,13 @@ mnt devtmpfs mode=0755 /dev
 mkdir -p /dev/pts /dev/shm
 mnt devpts gid=5,mode=620,ptmxmode=666 /dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
-for d in /tmp /var/tmp; do mount -t tmpfs -o mode=1777 tmpfs "$d"; done
 mount -t tmpfs -o mode=0755 tmpfs /run
-mkdir -p /run/netns /run/lock /run/incast-vm/results
+mkdir -p /run/netns /run/lock /run/incast-vm/results /run/incast-vm/host/tmp /run/incast-vm/host/var/tmp
+# Keep the host's /tmp and /var/tmp reachable (read-only) before tmpfs covers them: the
+# caller's directory may be there (a checkout under /tmp).
+mount --bind /tmp /run/incast-vm/host/tmp
+mount --bind /var/tmp /run/incast-vm/host/var/tmp
+for d in /tmp /var/tmp; do mount -t tmpfs -o mode=1777 tmpfs "$d"; done
 mnt tracefs nosuid,nodev,noexec /sys/kernel/tracing
 mnt debugfs nosuid,nodev,noexec /sys/kernel/debug
 mnt bpf mode=0700 /sys/fs/bpf
@@ -44,7 +48,12 @@ ip link set lo up 2>/dev/null
   echo "start: $(date +%s.%N)"
 } > "$results/guest.txt"
 
-cd "$(cat "$results/cwd" 2>/dev/null || echo /)" 2>/dev/null || cd /
+cwd=$(cat "$results/cwd" 2>/dev/null || echo /)
+case "$cwd" in
+  /tmp/*|/var/tmp/*)   # covered by tmpfs: bring the host's directory back at its path
+    mkdir -p "$cwd" && mount --bind "/run/incast-vm/host$cwd" "$cwd" ;;
+esac
+cd "$cwd" 2>/dev/null || cd /
 bash "$results/command.sh" > "$results/output.txt" 2>&1 < /dev/null
 rc=$?
 echo "end: $(date +%s.%N)" >> "$results/guest.txt"
