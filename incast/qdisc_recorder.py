@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .telemetry import EVENTS, TelemetryResult, _ip_key, _typed, empty_table
+from .telemetry import EVENTS, KernelQueueRecorder, TelemetryResult, _ip_key, _typed, empty_table
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BINARY = REPO_ROOT / "build" / "bpf" / "qdisc-trace"
@@ -129,7 +129,7 @@ def read_records(path: Path) -> np.ndarray:
     return np.fromfile(path, dtype=RECORD_DTYPE, count=size // RECORD_DTYPE.itemsize)
 
 
-class QdiscRecorder:
+class QdiscRecorder(KernelQueueRecorder):
     """Records the switch ports' qdisc events with the compiled recorder while a run goes on.
 
     Same interface as incast.telemetry.QdiscTracer."""
@@ -137,10 +137,7 @@ class QdiscRecorder:
     def __init__(self, run_dir: Path, netns_inode: int, ports: dict[int, tuple[str, str]],
                  dscp_table: list[int], drop_reasons: dict[str, int], host_of_ip: dict[str, str],
                  perf_pages: int = 4096):
-        self.run_dir = Path(run_dir)
-        self.inode = netns_inode
-        self.ports = ports                  # ifindex -> (switch, port name)
-        self.host_of_ip = host_of_ip
+        super().__init__(run_dir, netns_inode, ports, host_of_ip)
         if len(dscp_table) != 64:
             raise ValueError(f"dscp_table needs 64 entries, got {len(dscp_table)}")
         self.dscp_table = [int(c) for c in dscp_table]

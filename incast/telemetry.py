@@ -193,16 +193,26 @@ def bpftrace_program(dscp_table: list[int], drop_reasons: dict[str, int]) -> str
                                "clear_dscp": " clear(@dscp);" if class_map else ""}
 
 
-class QdiscTracer:
+class KernelQueueRecorder:
+    """What every recorder of the linux data plane's qdisc events is given: where to
+    write, which namespace's ports to watch (ifindex -> (switch, port name)), and the
+    names of the hosts by address."""
+
+    def __init__(self, run_dir: Path, netns_inode: int, ports: dict[int, tuple[str, str]],
+                 host_of_ip: dict[str, str]):
+        self.run_dir = Path(run_dir)
+        self.inode = netns_inode
+        self.ports = ports
+        self.host_of_ip = host_of_ip
+
+
+class QdiscTracer(KernelQueueRecorder):
     """Records the switch ports' qdisc events with bpftrace while a run goes on."""
 
     def __init__(self, run_dir: Path, netns_inode: int, ports: dict[int, tuple[str, str]],
                  dscp_table: list[int], drop_reasons: dict[str, int], host_of_ip: dict[str, str],
                  perf_pages: int = 4096):
-        self.run_dir = Path(run_dir)
-        self.inode = netns_inode
-        self.ports = ports                  # ifindex -> (switch, port name)
-        self.host_of_ip = host_of_ip
+        super().__init__(run_dir, netns_inode, ports, host_of_ip)
         self.program = bpftrace_program(dscp_table, drop_reasons)
         self.perf_pages = perf_pages
         self.raw_path = self.run_dir / "telemetry.raw.csv"

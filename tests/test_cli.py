@@ -65,19 +65,24 @@ def test_existing_out_is_refused(tmp_path, no_leftovers):
     assert r.returncode == 2 and "exists" in r.stderr
 
 
+def start_endless_run(out, senders):
+    """A run that would go on for hours, returned once it says its network is built."""
+    proc = subprocess.Popen([sys.executable, "-m", "incast", "run", "--senders", str(senders), "--blocks",
+                             "100000", "-v", "--out", str(out)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if "network of" in line:
+            return proc
+    proc.kill()
+    pytest.fail("the run never built its network")
+
+
 @needs_root
 def test_sigkill_leaves_state_that_cleanup_removes(tmp_path):
     before = our_netns()
-    proc = subprocess.Popen([sys.executable, "-m", "incast", "run", "--senders", "8", "--blocks", "100000",
-                             "-v", "--out", str(tmp_path / "killed")], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # The run says when its network is built; kill it then, mid-experiment.
-        for line in proc.stderr:
-            if "network of" in line:
-                break
-        else:
-            pytest.fail("the run never built its network")
+        # Killed mid-experiment, with its network built.
+        proc = start_endless_run(tmp_path / "killed", 8)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         left = our_netns() - before
@@ -99,12 +104,7 @@ def test_sigkill_leaves_state_that_cleanup_removes(tmp_path):
 @needs_root
 def test_sigterm_tears_down(tmp_path):
     before = our_netns()
-    proc = subprocess.Popen([sys.executable, "-m", "incast", "run", "--senders", "4", "--blocks", "100000",
-                             "-v", "--out", str(tmp_path / "term")], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stderr:
-        if "network of" in line:
-            break
+    proc = start_endless_run(tmp_path / "term", 4)
     proc.terminate()
     assert proc.wait(timeout=60) != 0
     assert not (our_netns() - before)
