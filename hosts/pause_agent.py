@@ -9,8 +9,12 @@ class-aware host queue).
 
 How egress stops is given as two tc commands (run by one persistent `tc -batch`):
 where the kernel has the `plug` qdisc, `qdisc change ... plug block` /
-`release_indefinite`; otherwise the host NIC's HTB class is changed to a rate too low
-to send anything, and back. Either way, frames wait in the host's queue; none is lost.
+`release_indefinite`; otherwise the host NIC's token bucket is changed to a rate too
+low to send anything, and back. Either way, frames wait in the host's queue; none is
+lost. Changing a token bucket fills it: one full frame could still leave at any
+moment of the pause. With --spend-token, if no frame already queued takes that token at
+once (the frame "on the wire" when the PAUSE arrived), the agent spends it on a
+full-size MAC Control frame with a reserved opcode, which switches drop.
 
 Prints READY when listening; on SIGTERM/SIGINT prints one JSON line of statistics:
 pause frames, resumes, paused time, and per PAUSE the delay from the frame's arrival to
@@ -38,17 +42,22 @@ class Gate:
     sent, so opening the gate is followed by a kick: a MAC Control frame that no
     switch forwards."""
 
-    def __init__(self, dev, pause_cmd, resume_cmd, kick):
+    def __init__(self, dev, pause_cmd, resume_cmd, kick, drain=None):
         self.dev, self.pause_cmd, self.resume_cmd, self.kick = dev, pause_cmd, resume_cmd, kick
-        self.tc = subprocess.Popen(["tc", "-force", "-batch", "-"], stdin=subprocess.PIPE,
+        self.drain = drain
+        self.tc = subprocess.Popen(["tc", "-s", "-force", "-batch", "-"], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, text=True)
         self.closed_since = None
         self.paused_s = 0.0
+        self.drains = 0
 
     def close(self):
         if self.closed_since is None:
-            self._apply(self.pause_cmd)
+            backlog = self._apply(self.pause_cmd)
             self.closed_since = time.monotonic()
+            if backlog == 0 and self.drain:
+                self.drain()
+                self.drains += 1
 
     def open(self):
         if self.closed_since is not None:
@@ -61,13 +70,17 @@ class Gate:
         self.tc.stdin.write(f"{cmd}\nqdisc show dev {self.dev}\n")
         self.tc.stdin.flush()
         # Each show lists the root qdisc once (children say "parent"): its line means
-        # the change before it is in force.
+        # the change before it is in force. Its statistics follow: the packets queued.
+        root = False
         while True:
             line = self.tc.stdout.readline()
             if not line:
                 raise RuntimeError("tc exited")
             if " root " in line:
-                return
+                root = True
+            elif root and line.lstrip().startswith("backlog"):
+                # " backlog 0b 0p requeues 0"
+                return int(line.split()[2].rstrip("p"))
 
     def stop(self):
         self.open()
@@ -94,6 +107,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dev", required=True)
     ap.add_argument("--rate", type=int, required=True, help="link rate, bit/s (sets the quantum's length)")
+    ap.add_argument("--spend-token", action="store_true",
+                    help="the pause command refills a token bucket: spend its last frame's worth at once")
+    ap.add_argument("--mtu", type=int, default=1500, help="the link's MTU (size of the token-spending frame)")
     ap.add_argument("--pause-cmd", required=True, help="tc batch line that stops egress")
     ap.add_argument("--resume-cmd", required=True, help="tc batch line that restarts it")
     args = ap.parse_args()
@@ -102,8 +118,10 @@ def main():
     sock.bind((args.dev, ETH_P_MAC_CONTROL))
     # MAC Control with a reserved opcode (0): link-local, never forwarded, never obeyed.
     kick = bytes.fromhex("0180c2000001") + sock.getsockname()[4] + struct.pack("!HH", ETH_P_MAC_CONTROL, 0)
+    drain = kick.ljust(args.mtu + 14, b"\0")
     kick = kick.ljust(60, b"\0")
-    gate = Gate(args.dev, args.pause_cmd, args.resume_cmd, lambda: sock.send(kick))
+    gate = Gate(args.dev, args.pause_cmd, args.resume_cmd, lambda: sock.send(kick),
+                (lambda: sock.send(drain)) if args.spend_token else None)
     quantum_s = 512 / args.rate
     stats = {"pause_frames": 0, "resume_frames": 0, "expiries": 0, "reaction_us": []}
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -117,6 +135,7 @@ def main():
         pass
     gate.stop()
     stats["paused_ms"] = round(gate.paused_s * 1000, 3)
+    stats["drains"] = gate.drains
     print(json.dumps(stats), flush=True)
 
 

@@ -239,11 +239,8 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
         if scenario.switch.pause.enabled:
             # veth ignores PAUSE: each host runs an agent that stops its NIC.
             for h in net.hosts:
-                intf = h.defaultIntf().name
-                pause_cmd, resume_cmd = hostconfig.pause_commands(intf, scenario)
-                a = hostconfig.host_popen(h, [sys.executable, str(HOSTS_DIR / "pause_agent.py"), "--dev", intf,
-                                              "--rate", str(scenario.link.rate), "--pause-cmd", pause_cmd,
-                                              "--resume-cmd", resume_cmd],
+                args = hostconfig.pause_agent_args(h.defaultIntf().name, scenario)
+                a = hostconfig.host_popen(h, [sys.executable, str(HOSTS_DIR / "pause_agent.py"), *args],
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 agents.append((h, a))
             for h, a in agents:
@@ -307,7 +304,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
 
         pause = None
         if agents:
-            pause = {"paused_ms": 0.0, "pause_frames_received": 0, "reaction_us": []}
+            pause = {"paused_ms": 0.0, "pause_frames_received": 0, "pause_token_frames": 0, "reaction_us": []}
             for h, a in agents:
                 a.terminate()
                 out, err = a.communicate(timeout=30)
@@ -317,6 +314,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
                 pause["paused_ms"] += stats["paused_ms"]
                 pause["pause_frames_received"] += stats["pause_frames"] + stats["resume_frames"]
                 pause["reaction_us"] += stats["reaction_us"]
+                pause["pause_token_frames"] += stats["drains"]
             pause.update(dp.pause_counters())
 
         telemetry_table, lost = None, None

@@ -17,10 +17,11 @@ from .dataplane.linux import WIRE_OVERHEAD, htb_burst, offloads_off_commands
 from .scenario import ETH_HLEN
 
 NIC_QUEUE_PACKETS = 10_000
-# A NIC sends at line rate and no faster: its bucket holds two frames, enough to ride
-# out a late timer, not enough for the bursts a deep bucket would release (every host
-# at once, after a PAUSE ends).
-NIC_BURST_FRAMES = 2
+# A NIC sends at line rate and no faster: its bucket holds one frame plus what the
+# link carries while a timer is late (about two frames at 1 Gbit/s), not the bursts a
+# deep bucket would release (every host at once, at the start of a block or after a
+# PAUSE ends). At 10 Mbit/s a second frame in the bucket would leave 1.2 ms early.
+NIC_TIMER_SLACK_US = 12
 
 
 def tcp_sysctls(scenario, rto_min_us: int, features) -> dict[str, str]:
@@ -67,7 +68,8 @@ def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False) -> str:
     limit = NIC_QUEUE_PACKETS * (frame + WIRE_OVERHEAD)
     if paused:   # nothing more leaves (bar the frame already on its way, as on a real NIC)
         return f"qdisc change dev {dev} root handle 1: tbf rate 8bit burst {frame} limit {limit}"
-    return (f"qdisc replace dev {dev} root handle 1: tbf rate {rate}bit burst {NIC_BURST_FRAMES * frame} "
+    burst = frame + int(rate * NIC_TIMER_SLACK_US / 8e6)
+    return (f"qdisc replace dev {dev} root handle 1: tbf rate {rate}bit burst {burst} "
             f"limit {limit} overhead {WIRE_OVERHEAD}")
 
 
@@ -91,6 +93,14 @@ def pause_commands(dev: str, scenario) -> tuple[str, str]:
     link = scenario.link
     resume = nic_qdisc(dev, link.rate, link.mtu).replace("qdisc replace", "qdisc change", 1)
     return nic_qdisc(dev, link.rate, link.mtu, paused=True), resume
+
+
+def pause_agent_args(dev: str, scenario) -> list[str]:
+    """Arguments of hosts/pause_agent.py for this host's NIC."""
+    pause_cmd, resume_cmd = pause_commands(dev, scenario)
+    # The paused token bucket starts full: the agent spends that frame's worth.
+    return ["--dev", dev, "--rate", str(scenario.link.rate), "--mtu", str(scenario.link.mtu),
+            "--pause-cmd", pause_cmd, "--resume-cmd", resume_cmd, "--spend-token"]
 
 
 def host_script(host, scenario, rto_min_us: int, features) -> str:

@@ -135,8 +135,10 @@ class Pause(_Model):
     """802.3x Ethernet flow control by the switch (bmv2 data plane).
 
     When a port's queues hold more than ``xoff`` bytes, the ports sending into it get
-    PAUSE frames; below ``xon`` they get quanta 0. Defaults: half and a quarter of
-    the port's buffer."""
+    PAUSE frames; once at ``xon`` or below they get quanta 0. The buffer above XOFF is
+    the headroom: it must hold, for every paused sender, the frame already on its
+    wire plus what it sends before it reacts. Defaults: a quarter and an eighth of
+    the port's buffer (8 and 4 KiB of 32 KiB: lossless for 8 senders at 10 Mbit/s)."""
     enabled: bool = False
     xoff: Size | None = None
     xon: Size | None = None
@@ -153,8 +155,8 @@ class Switch(_Model):
     def pause_thresholds(self, mtu: int) -> tuple[int, int]:
         """(xoff, xon) in bytes of the port's queues."""
         total = self.buffer if self.buffer is not None else self.buffer_packets * (mtu + ETH_HLEN)
-        xoff = self.pause.xoff if self.pause.xoff is not None else total // 2
-        xon = self.pause.xon if self.pause.xon is not None else min(xoff, total // 4)
+        xoff = self.pause.xoff if self.pause.xoff is not None else total // 4
+        xon = self.pause.xon if self.pause.xon is not None else min(xoff, total // 8)
         return xoff, xon
 
     @model_validator(mode="before")

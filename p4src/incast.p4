@@ -9,13 +9,19 @@
  *     own depth set above it only as a backstop; every refusal is counted;
  *   - 802.3x PAUSE: when a port's occupancy passes XOFF, every other host port gets
  *     a PAUSE frame (refreshed before it expires while still above XOFF) and quanta
- *     0 once the occupancy falls below XON; received PAUSE/PFC frames are never
- *     forwarded;
+ *     0 once the occupancy of every congested port has fallen to XON; received
+ *     PAUSE/PFC frames are never forwarded;
  *   - queue telemetry: egress-to-egress (and, for drops, ingress-to-egress) clones to
  *     a collector port, truncated, carrying the incast_tel_t header.
  *
  * The control plane (incast/dataplane/bmv2.py) fills the tables and registers from
  * the scenario. Register indexes are port * 8 + class.
+ *
+ * Ingress and egress run in different bmv2 threads and share registers. bmv2 locks
+ * the register arrays an action uses for the whole action, and nothing wider (an
+ * @atomic block that spans an if is split into several actions): so every
+ * read-modify-write of shared state below is one action. A lost update would leak
+ * buffer occupancy until the port admits nothing more.
  */
 #include <core.p4>
 #include <v1model.p4>
@@ -189,6 +195,11 @@ struct metadata_t {
     @field_list(1) bit<32> saddr;
     @field_list(1) bit<32> daddr;
     @field_list(1) mac_t   port_mac;
+    bit<32> qidx;        /* register index of (port, class): port * 8 + class */
+    bit<32> pidx;        /* register index of the port */
+    bit<1>  send_pause;
+    bit<1>  send_xon;
+    bit<1>  sample;
 }
 
 /* State shared by ingress (admission) and egress (departure). */
@@ -197,7 +208,8 @@ register<bit<32>>(NQUEUES) occ_bytes;          /* per (port, class) */
 register<bit<32>>(NQUEUES) limit_bytes;
 register<bit<32>>(NPORTS) port_bytes;          /* per port, all classes */
 register<bit<48>>(NPORTS) pause_until;         /* us; a port is paused while now < this */
-register<bit<1>>(1) pause_active;              /* ports are paused: XON is due */
+register<bit<1>>(NPORTS) congested;            /* the port passed XOFF and has not fallen to XON */
+register<bit<32>>(1) congested_ports;          /* how many: the last one to reach XON sends XON */
 register<bit<48>>(1) pause_all_until;          /* us; when the last broadcast PAUSE expires */
 counter(1, CounterType.packets) telemetry_suppressed;
 
@@ -298,6 +310,45 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
         size = 8;
     }
 
+    /* Admission against the byte limit of (egress port, class). */
+    action admit() {
+        bit<32> occ;
+        bit<32> lim;
+        bit<32> port_occ;
+        occ_bytes.read(occ, meta.qidx);
+        limit_bytes.read(lim, meta.qidx);
+        port_bytes.read(port_occ, meta.pidx);
+        bool ok = occ + meta.pkt_len <= lim;
+        occ = ok ? occ + meta.pkt_len : occ;
+        port_occ = ok ? port_occ + meta.pkt_len : port_occ;
+        occ_bytes.write(meta.qidx, occ);
+        port_bytes.write(meta.pidx, port_occ);
+        meta.accounted = ok ? 1w1 : 1w0;
+        meta.occ_enq = occ;
+        meta.port_enq = port_occ;
+    }
+
+    /* The port is above XOFF: mark it congested; PAUSE is due if no port was, or
+     * if the last PAUSE is about to expire. */
+    action note_xoff() {
+        bit<32> refresh_us;
+        bit<32> pause_us;
+        bit<1> was_congested;
+        bit<32> n;
+        bit<48> until;
+        cfg.read(refresh_us, CFG_REFRESH_US);
+        cfg.read(pause_us, CFG_PAUSE_US);
+        congested.read(was_congested, meta.pidx);
+        congested_ports.read(n, 0);
+        pause_all_until.read(until, 0);
+        bit<48> now = std.ingress_global_timestamp;
+        bool send = n == 0 || now + (bit<48>)refresh_us >= until;
+        congested.write(meta.pidx, 1);
+        congested_ports.write(0, was_congested == 0 ? n + 1 : n);
+        pause_all_until.write(0, send ? now + (bit<48>)pause_us : until);
+        meta.send_pause = send ? 1w1 : 1w0;
+    }
+
     apply {
         if (hdr.mac_control.isValid()) {
             /* PAUSE and PFC are link-local: consumed here, never forwarded. */
@@ -332,36 +383,16 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
             return;   /* floods (ARP) and drops are not buffered against the limits */
         }
 
-        /* Admission against the byte limit of (egress port, class). */
-        bit<32> q = (bit<32>)std.egress_spec * 8 + (bit<32>)meta.qclass;
-        bit<32> p = (bit<32>)std.egress_spec;
-        bit<32> occ;
-        bit<32> lim;
-        bit<32> port_occ;
-        bool admitted = false;
-        @atomic {
-            occ_bytes.read(occ, q);
-            limit_bytes.read(lim, q);
-            port_bytes.read(port_occ, p);
-            if (occ + meta.pkt_len <= lim) {
-                occ = occ + meta.pkt_len;
-                port_occ = port_occ + meta.pkt_len;
-                occ_bytes.write(q, occ);
-                port_bytes.write(p, port_occ);
-                admitted = true;
-            }
-        }
+        meta.qidx = (bit<32>)std.egress_spec * 8 + (bit<32>)meta.qclass;
+        meta.pidx = (bit<32>)std.egress_spec;
+        admit();
         meta.out_port = (bit<16>)std.egress_spec;
-        meta.occ_enq = occ;
-        meta.port_enq = port_occ;
         meta.enq_ts = std.ingress_global_timestamp;
 
         bit<32> tel_mode;
         cfg.read(tel_mode, CFG_TEL_MODE);
-        if (admitted) {
-            meta.accounted = 1;
-        } else {
-            drops.count(q);
+        if (meta.accounted == 0) {
+            drops.count(meta.qidx);
             mark_to_drop(std);
             if (tel_mode != 0) {
                 meta.clone_kind = CLONE_TELEMETRY;
@@ -378,33 +409,17 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
         bit<32> xoff;
         cfg.read(pause_on, CFG_PAUSE_ON);
         cfg.read(xoff, CFG_XOFF);
-        if (pause_on != 0 && port_occ > xoff) {
-            bit<32> refresh_us;
-            bit<32> pause_us;
-            bit<32> quanta;
-            bit<48> until;
-            bit<1> active;
-            cfg.read(refresh_us, CFG_REFRESH_US);
-            cfg.read(pause_us, CFG_PAUSE_US);
-            cfg.read(quanta, CFG_QUANTA);
-            bit<48> now = std.ingress_global_timestamp;
-            bool send = false;
-            @atomic {
-                pause_active.read(active, 0);
-                pause_all_until.read(until, 0);
-                if (active == 0 || now + (bit<48>)refresh_us >= until) {
-                    pause_all_until.write(0, now + (bit<48>)pause_us);
-                    pause_active.write(0, 1);
-                    send = true;
-                }
-            }
-            if (send) {
+        if (pause_on != 0 && meta.port_enq > xoff) {
+            note_xoff();
+            if (meta.send_pause == 1) {
+                bit<32> quanta;
+                cfg.read(quanta, CFG_QUANTA);
                 if (meta.clone_kind == CLONE_TELEMETRY) {
                     telemetry_suppressed.count(0);   /* one clone per packet: PAUSE wins */
                 }
                 meta.clone_kind = CLONE_PAUSE;
                 meta.quanta = (bit<16>)quanta;
-                pause_tx.count(p);
+                pause_tx.count(meta.pidx);
                 clone_preserving_field_list(CloneType.I2E, PAUSE_MC_SESSION, FL_CLONE);
             }
         }
@@ -448,7 +463,12 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         truncate(60);
     }
 
-    action to_telemetry_record(bit<32> seq, bit<32> switch_id) {
+    action to_telemetry_record() {
+        bit<32> seq;
+        bit<32> switch_id;
+        tel_seq.read(seq, 0);
+        tel_seq.write(0, seq + 1);
+        cfg.read(switch_id, CFG_SWITCH_ID);
         hdr.tel_eth.setValid();
         hdr.tel_eth.dst = 0xFFFFFFFFFFFF;
         hdr.tel_eth.src = 0;
@@ -476,22 +496,73 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         truncate(14 + 68 + 14 + 20 + 20);   /* record + the packet's Ethernet/IPv4/TCP headers */
     }
 
+    /* An XON replica goes only to a port that is paused; it ends that pause. */
+    action end_port_pause() {
+        bit<48> until;
+        pause_until.read(until, meta.pidx);
+        pause_until.write(meta.pidx, 0);
+        meta.sample = until > std.egress_global_timestamp ? 1w1 : 1w0;
+    }
+
+    /* The packet leaves its class queue: release its bytes. */
+    action release() {
+        bit<32> occ;
+        bit<32> port_occ;
+        occ_bytes.read(occ, meta.qidx);
+        port_bytes.read(port_occ, meta.pidx);
+        occ = occ - meta.pkt_len;
+        port_occ = port_occ - meta.pkt_len;
+        occ_bytes.write(meta.qidx, occ);
+        port_bytes.write(meta.pidx, port_occ);
+        meta.occ_deq = occ;
+        meta.port_deq = port_occ;
+    }
+
+    /* A congested port down to XON; the last one sends XON. */
+    action note_departure(bit<32> xon) {
+        bit<1> was_congested;
+        bit<32> n;
+        congested.read(was_congested, meta.pidx);
+        congested_ports.read(n, 0);
+        bool fall = was_congested == 1 && meta.port_deq <= xon;
+        congested.write(meta.pidx, fall ? 1w0 : was_congested);
+        congested_ports.write(0, fall ? n - 1 : n);
+        meta.send_xon = fall && n == 1 ? 1w1 : 1w0;
+    }
+
+    action sample_one_in_n() {
+        bit<32> n;
+        bit<32> count;
+        cfg.read(n, CFG_TEL_N);
+        tel_count.read(count, meta.pidx);
+        count = count + 1;
+        bool hit = count >= n;
+        tel_count.write(meta.pidx, hit ? 32w0 : count);
+        meta.sample = hit ? 1w1 : 1w0;
+    }
+
+    action sample_on_change() {
+        bit<32> delta;
+        bit<32> last_occ;
+        cfg.read(delta, CFG_TEL_DELTA);
+        tel_last.read(last_occ, meta.qidx);
+        bool hit = meta.occ_deq >= last_occ + delta || meta.occ_deq + delta <= last_occ;
+        tel_last.write(meta.qidx, hit ? meta.occ_deq : last_occ);
+        meta.sample = hit ? 1w1 : 1w0;
+    }
+
     apply {
+        meta.pidx = (bit<32>)std.egress_port;
+        meta.qidx = (bit<32>)std.egress_port * 8 + (bit<32>)meta.qclass;
         if (std.instance_type == 1 || std.instance_type == 2) {   /* I2E or E2E clone */
             if (meta.clone_kind == CLONE_PAUSE) {
-                bit<32> e = (bit<32>)std.egress_port;
                 if (meta.quanta == 0) {
-                    /* An XON replica: only for ports that are paused. */
-                    bit<48> until;
-                    @atomic {
-                        pause_until.read(until, e);
-                        pause_until.write(e, 0);
-                    }
-                    if (until <= std.egress_global_timestamp) {
+                    end_port_pause();
+                    if (meta.sample == 0) {
                         mark_to_drop(std);
                         return;
                     }
-                    xon_port_tx.count(e);
+                    xon_port_tx.count(meta.pidx);
                 } else {
                     /* A PAUSE replica: not to the congested port (its host only
                      * receives; pausing it would hold back the ACKs). */
@@ -501,19 +572,12 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
                     }
                     bit<32> pause_us;
                     cfg.read(pause_us, CFG_PAUSE_US);
-                    pause_until.write(e, std.egress_global_timestamp + (bit<48>)pause_us);
-                    pause_port_tx.count(e);
+                    pause_until.write(meta.pidx, std.egress_global_timestamp + (bit<48>)pause_us);
+                    pause_port_tx.count(meta.pidx);
                 }
                 to_pause_frame();
             } else {
-                bit<32> seq;
-                bit<32> switch_id;
-                @atomic {
-                    tel_seq.read(seq, 0);
-                    tel_seq.write(0, seq + 1);
-                }
-                cfg.read(switch_id, CFG_SWITCH_ID);
-                to_telemetry_record(seq, switch_id);
+                to_telemetry_record();
             }
             return;
         }
@@ -525,48 +589,26 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
             return;
         }
 
-        /* The packet leaves its class queue: release its bytes. */
-        bit<32> q = (bit<32>)std.egress_port * 8 + (bit<32>)meta.qclass;
-        bit<32> p = (bit<32>)std.egress_port;
-        bit<32> occ;
-        bit<32> port_occ;
-        @atomic {
-            occ_bytes.read(occ, q);
-            port_bytes.read(port_occ, p);
-            occ = occ - meta.pkt_len;
-            port_occ = port_occ - meta.pkt_len;
-            occ_bytes.write(q, occ);
-            port_bytes.write(p, port_occ);
-        }
-        tx.count(q);
+        release();
+        tx.count(meta.qidx);
         meta.event = EVENT_DEQUEUE;
-        meta.occ_deq = occ;
-        meta.port_deq = port_occ;
         meta.enq_qdepth = (bit<32>)std.enq_qdepth;
         meta.deq_qdepth = (bit<32>)std.deq_qdepth;
         meta.deq_timedelta = std.deq_timedelta;
         meta.deq_ts = std.egress_global_timestamp;
 
-        /* Below XON: one clone to multicast group 2 sends quanta 0 to every paused port. */
         bit<32> pause_on;
         cfg.read(pause_on, CFG_PAUSE_ON);
         bool cloned = false;
         if (pause_on != 0) {
             bit<32> xon;
             cfg.read(xon, CFG_XON);
-            bit<1> active;
-            bool release = false;
-            @atomic {
-                pause_active.read(active, 0);
-                if (active == 1 && port_occ <= xon) {
-                    pause_active.write(0, 0);
-                    release = true;
-                }
-            }
-            if (release) {
+            note_departure(xon);
+            if (meta.send_xon == 1) {
+                /* One clone to multicast group 2: quanta 0 to every paused port. */
                 meta.clone_kind = CLONE_PAUSE;
                 meta.quanta = 0;
-                xon_tx.count(p);
+                xon_tx.count(meta.pidx);
                 clone_preserving_field_list(CloneType.E2E, PAUSE_MC_SESSION, FL_CLONE);
                 cloned = true;
             }
@@ -575,39 +617,21 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         /* Telemetry sampling. */
         bit<32> mode;
         cfg.read(mode, CFG_TEL_MODE);
-        bool sample = false;
+        meta.sample = 0;
         if (mode == (bit<32>)TEL_ALL) {
-            sample = true;
+            meta.sample = 1;
         } else if (mode == (bit<32>)TEL_ONE_IN_N) {
-            bit<32> n;
-            bit<32> count;
-            cfg.read(n, CFG_TEL_N);
-            @atomic {
-                tel_count.read(count, p);
-                count = count + 1;
-                if (count >= n) {
-                    count = 0;
-                    sample = true;
-                }
-                tel_count.write(p, count);
-            }
+            sample_one_in_n();
         } else if (mode == (bit<32>)TEL_ON_CHANGE) {
-            bit<32> delta;
-            bit<32> last_occ;
-            cfg.read(delta, CFG_TEL_DELTA);
-            @atomic {
-                tel_last.read(last_occ, q);
-                if (occ >= last_occ + delta || occ + delta <= last_occ) {
-                    tel_last.write(q, occ);
-                    sample = true;
-                }
-            }
+            sample_on_change();
         } else if (mode == (bit<32>)TEL_ABOVE) {
             bit<32> threshold;
             cfg.read(threshold, CFG_TEL_THRESHOLD);
-            sample = meta.occ_enq >= threshold;
+            if (meta.occ_enq >= threshold) {
+                meta.sample = 1;
+            }
         }
-        if (sample) {
+        if (meta.sample == 1) {
             if (cloned) {
                 telemetry_suppressed.count(0);   /* the PAUSE clone took this packet's clone */
             } else {
