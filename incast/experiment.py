@@ -340,6 +340,9 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
         summary.update({"pause_frames": pause["pause_frames_sent"] + pause["xon_frames_sent"],
                         "paused_ms": round(pause["paused_ms"], 3),
                         "pause_reaction_us_p50": float(np.median(reactions)) if reactions else None,
+                        "pause_reaction_us_p99": float(np.percentile(reactions, 99)) if reactions else None,
+                        **dict(zip(("pause_xoff_bytes", "pause_xon_bytes"), scenario.switch.pause_thresholds(
+                            scenario.link.mtu, scenario.topology.senders))),
                         **pause})
     if backlog_drops:
         log(f"warning: {backlog_drops} packets dropped by full CPU input backlogs, not by the "

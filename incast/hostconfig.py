@@ -14,6 +14,7 @@ from __future__ import annotations
 import subprocess
 
 from .dataplane.linux import WIRE_OVERHEAD, htb_burst, offloads_off_commands
+from .results import RTO_COUNTERS
 from .scenario import ETH_HLEN
 
 NIC_QUEUE_PACKETS = 10_000
@@ -165,6 +166,6 @@ def read_counters(pid: int) -> dict[str, int]:
     return out
 
 
-COUNTERS = ["TCPTimeouts", "RetransSegs", "TCPLossProbes", "TCPSpuriousRTOs", "TCPFastRetrans",
+COUNTERS = [*RTO_COUNTERS, "RetransSegs", "TCPLossProbes", "TCPSpuriousRTOs", "TCPFastRetrans",
             "TCPSlowStartRetrans", "TCPLostRetransmit", "DelayedACKs", "TCPSackRecovery",
             "TCPRenoRecovery", "InSegs", "OutSegs"]

@@ -31,6 +31,12 @@ SUMMARY_FIELDS = ["goodput_mbps", "link_mbps", "senders", "blocks", "block_ms_p5
                   "block_ms_p99", "block_ms_max", "timeouts", "retransmits", "drops",
                   "max_queue_bytes", "telemetry_records", "telemetry_lost"]
 
+# Linux counts a retransmission timeout under one of these, by the state the
+# connection was in when it fired (tcp_retransmit_timer): TCPTimeouts only when it
+# was in no recovery at all.
+RTO_COUNTERS = ["TCPTimeouts", "TCPSackFailures", "TCPRenoFailures", "TCPSackRecoveryFail",
+                "TCPRenoRecoveryFail", "TCPLossFailures"]
+
 
 class ResultsExist(FileExistsError):
     pass
@@ -91,7 +97,8 @@ def summarize(blocks: pd.DataFrame, counters: pd.DataFrame, queues: pd.DataFrame
         "block_ms_p50": round(float(dur.quantile(0.5)), 3),
         "block_ms_p99": round(float(dur.quantile(0.99)), 3),
         "block_ms_max": round(float(dur.max()), 3),
-        "timeouts": int(counters["TCPTimeouts"].sum()) if len(counters) else 0,
+        # Every retransmission timeout, whatever recovery state it ended.
+        "timeouts": int(counters[[c for c in RTO_COUNTERS if c in counters]].sum().sum()) if len(counters) else 0,
         "retransmits": int(counters["RetransSegs"].sum()) if len(counters) else 0,
         "drops": int(queues["drops"].sum()) if len(queues) else 0,
         "bottleneck_drops": int(queues.loc[queues["port"] == bottleneck_port, "drops"].sum()) if len(queues) else 0,

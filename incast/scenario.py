@@ -137,8 +137,9 @@ class Pause(_Model):
     When a port's queues hold more than ``xoff`` bytes, the ports sending into it get
     PAUSE frames; once at ``xon`` or below they get quanta 0. The buffer above XOFF is
     the headroom: it must hold, for every paused sender, the frame already on its
-    wire plus what it sends before it reacts. Defaults: a quarter and an eighth of
-    the port's buffer (8 and 4 KiB of 32 KiB: lossless for 8 senders at 10 Mbit/s)."""
+    wire plus the one it may start before it reacts. Default XOFF: the buffer less two
+    full frames per sender, but no more than half and no less than an eighth of the
+    buffer; default XON: half of XOFF."""
     enabled: bool = False
     xoff: Size | None = None
     xon: Size | None = None
@@ -152,11 +153,13 @@ class Switch(_Model):
     qos: QoS = QoS()
     pause: Pause = Pause()
 
-    def pause_thresholds(self, mtu: int) -> tuple[int, int]:
-        """(xoff, xon) in bytes of the port's queues."""
+    def pause_thresholds(self, mtu: int, senders: int) -> tuple[int, int]:
+        """(xoff, xon) in bytes of the port's queues, for this many paused senders."""
         total = self.buffer if self.buffer is not None else self.buffer_packets * (mtu + ETH_HLEN)
-        xoff = self.pause.xoff if self.pause.xoff is not None else total // 4
-        xon = self.pause.xon if self.pause.xon is not None else min(xoff, total // 8)
+        headroom = 2 * (mtu + ETH_HLEN) * senders
+        default_xoff = min(total // 2, max(total // 8, total - headroom))
+        xoff = self.pause.xoff if self.pause.xoff is not None else default_xoff
+        xon = min(xoff, self.pause.xon) if self.pause.xon is not None else xoff // 2
         return xoff, xon
 
     @model_validator(mode="before")

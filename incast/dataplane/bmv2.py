@@ -238,7 +238,7 @@ class Bmv2DataPlane(DataPlane):
         for dscp, c in enumerate(s.switch.qos.dscp_table()):
             if c:
                 cmds.append(f"table_add IncastIngress.classify_dscp IncastIngress.set_class {dscp} => {c}")
-        xoff, xon = s.switch.pause_thresholds(mtu)
+        xoff, xon = s.switch.pause_thresholds(mtu, s.topology.senders)
         quanta = s.switch.pause.quanta
         pause_us = int(quanta * 512 / s.link.rate * 1e6)
         mode, param = s.telemetry.sample_mode() if s.telemetry.enabled else (0, 0)
