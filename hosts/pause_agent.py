@@ -53,6 +53,7 @@ class Gate:
         self.closed_since = None
         self.paused_s = 0.0
         self.drains = 0
+        self.announce = False   # print CLOSED / OPENED as the gate changes
 
     def close(self):
         if self.closed_since is None:
@@ -68,6 +69,8 @@ class Gate:
                 else:
                     self.kick()
                 self.drains += 1
+            if self.announce:
+                print("CLOSED", flush=True)
 
     def open(self):
         if self.closed_since is not None:
@@ -75,6 +78,8 @@ class Gate:
             self.kick()
             self.paused_s += time.monotonic() - self.closed_since
             self.closed_since = None
+            if self.announce:
+                print("OPENED", flush=True)
 
     def _apply(self, cmd):
         self.tc.stdin.write(f"{cmd}\nqdisc show dev {self.dev}\n")
@@ -120,6 +125,7 @@ def main():
     ap.add_argument("--spend-token", action="store_true",
                     help="the pause command refills a token bucket: spend its last frame's worth at once")
     ap.add_argument("--mtu", type=int, default=1500, help="the link's MTU (size of the token-spending frame)")
+    ap.add_argument("--events", action="store_true", help="print CLOSED / OPENED as egress stops and restarts")
     ap.add_argument("--pause-cmd", required=True, help="tc batch line that stops egress")
     ap.add_argument("--resume-cmd", required=True, help="tc batch line that restarts it")
     args = ap.parse_args()
@@ -133,6 +139,7 @@ def main():
     kick = kick.ljust(60, b"\0")
     gate = Gate(args.dev, args.pause_cmd, args.resume_cmd, lambda: sock.send(kick),
                 (lambda: sock.send(drain)) if args.spend_token else None)
+    gate.announce = args.events
     quantum_s = 512 / args.rate
     stats = {"pause_frames": 0, "resume_frames": 0, "expiries": 0, "realtime": realtime, "reaction_us": []}
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, needs_root
-from incast.hostconfig import nic_qdisc, pause_commands
+from incast.hostconfig import nic_qdisc, pause_agent_args
 from incast.scenario import build
 
 pytestmark = [needs_root, pytest.mark.network]
@@ -21,7 +21,7 @@ pytestmark = [needs_root, pytest.mark.network]
 RATE = 100_000_000
 SCENARIO = build({}, {"link_rate": f"{RATE}bit"})
 NIC = nic_qdisc("h0", RATE, 1500)
-PAUSE_CMD, RESUME_CMD = pause_commands("h0", SCENARIO)
+AGENT = [sys.executable, str(REPO / "hosts/pause_agent.py"), *pause_agent_args("h0", SCENARIO)]
 
 PEER = textwrap.dedent(r"""
     import json, socket, struct, sys, time
@@ -99,10 +99,7 @@ def pair():
 
 
 def run_plan(host, peer, pauses, duration=0.6):
-    agent = subprocess.Popen(
-        ["ip", "netns", "exec", host, sys.executable, str(REPO / "hosts/pause_agent.py"), "--dev", "h0",
-         "--rate", str(RATE), "--pause-cmd", PAUSE_CMD, "--resume-cmd", RESUME_CMD],
-        stdout=subprocess.PIPE, text=True)
+    agent = subprocess.Popen(["ip", "netns", "exec", host, *AGENT], stdout=subprocess.PIPE, text=True)
     try:
         assert agent.stdout.readline().strip() == "READY"
         sender = subprocess.Popen(["ip", "netns", "exec", host, sys.executable, "-c", SENDER, "10.9.0.2",
@@ -149,3 +146,33 @@ def test_quanta_zero_resumes_at_once(pair):
     print(f"\nresumed {resume_at - pause_at:.4f} s after the PAUSE; gap {gap * 1e3:.2f} ms; agent: {stats}")
     assert stats["pause_frames"] == 1 and stats["resume_frames"] == 1 and stats["expiries"] == 0
     assert abs(gap - (resume_at - pause_at)) < 0.008   # 0xFFFF quanta would be 335 ms
+
+
+def test_a_host_that_starts_sending_during_a_pause_stays_silent(pair):
+    """Changing the NIC's token bucket to the paused rate fills it: unless the agent
+    spends that token at once, the first frame sent later in the pause leaves."""
+    host, peer = pair
+    pause_s = 0.3
+    quanta = round(pause_s * RATE / 512)
+    agent = subprocess.Popen(["ip", "netns", "exec", host, *AGENT, "--events"], stdout=subprocess.PIPE, text=True)
+    sender = None
+    try:
+        assert agent.stdout.readline().strip() == "READY"
+        peer_proc = subprocess.Popen(["ip", "netns", "exec", peer, "/usr/bin/python3", "-c", PEER, "p0",
+                                      json.dumps({"pauses": [(0.2, quanta)], "duration": 1.0})],
+                                     stdout=subprocess.PIPE, text=True)
+        # The host is idle when the PAUSE arrives; it starts sending once the gate is shut.
+        assert agent.stdout.readline().strip() == "CLOSED"
+        sender = subprocess.Popen(["ip", "netns", "exec", host, sys.executable, "-c", SENDER, "10.9.0.2", "0.6"])
+        out = json.loads(peer_proc.communicate(timeout=30)[0])
+        sender.wait(timeout=10)
+    finally:
+        if sender and sender.poll() is None:
+            sender.kill()
+        agent.terminate()
+        stats = json.loads(agent.communicate(timeout=10)[0].strip().splitlines()[-1])
+    (sent_at, _), = out["sent"]
+    first = min(out["arrivals"])
+    print(f"\nfirst datagram {(first - sent_at) * 1e3:.2f} ms after a {pause_s * 1e3:.0f} ms PAUSE; agent: {stats}")
+    assert stats["drains"] == 1
+    assert first - sent_at > pause_s - 0.008, (first - sent_at)
