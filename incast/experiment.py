@@ -239,7 +239,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
         if scenario.switch.pause.enabled:
             # veth ignores PAUSE: each host runs an agent that stops its NIC.
             for h in net.hosts:
-                args = hostconfig.pause_agent_args(h.defaultIntf().name, scenario)
+                args = hostconfig.pause_agent_args(h.defaultIntf().name, scenario, features)
                 a = hostconfig.host_popen(h, [sys.executable, str(HOSTS_DIR / "pause_agent.py"), *args],
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 agents.append((h, a))

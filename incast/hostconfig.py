@@ -74,9 +74,26 @@ def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False) -> str:
             f"limit {limit} overhead {WIRE_OVERHEAD}")
 
 
-def nic_tc_commands(dev: str, scenario) -> list[str]:
+# The plug qdisc under the NIC's token bucket, where the kernel has it and PAUSE is on.
+PLUG_HANDLE = "10:"
+
+
+def pause_by_plug(scenario, features) -> bool:
+    """How a host's egress stops for PAUSE: a `plug` qdisc under the token bucket holds
+    every frame at once; without it (or under netem) the bucket is changed to a rate
+    that sends nothing."""
+    return bool(scenario.switch.pause.enabled and features is not None and features.qdiscs.get("plug")
+                and not scenario.link.needs_netem)
+
+
+def nic_tc_commands(dev: str, scenario, features=None) -> list[str]:
     link = scenario.link
     cmds = ["tc " + nic_qdisc(dev, link.rate, link.mtu)]
+    if pause_by_plug(scenario, features):
+        # A new plug holds everything until told otherwise.
+        limit = NIC_QUEUE_PACKETS * (link.mtu + ETH_HLEN + WIRE_OVERHEAD)
+        cmds += [f"tc qdisc replace dev {dev} parent 1:1 handle {PLUG_HANDLE} plug limit {limit}",
+                 f"tc qdisc change dev {dev} parent 1:1 handle {PLUG_HANDLE} plug release_indefinite"]
     if link.needs_netem:
         netem = f"netem limit {NIC_QUEUE_PACKETS}"
         if link.delay:
@@ -89,19 +106,24 @@ def nic_tc_commands(dev: str, scenario) -> list[str]:
     return cmds
 
 
-def pause_commands(dev: str, scenario) -> tuple[str, str]:
+def pause_commands(dev: str, scenario, features=None) -> tuple[str, str]:
     """tc batch lines that stop and restart a host's egress (for the PAUSE agent)."""
     link = scenario.link
+    if pause_by_plug(scenario, features):
+        plug = f"qdisc change dev {dev} parent 1:1 handle {PLUG_HANDLE} plug"
+        return f"{plug} block", f"{plug} release_indefinite"
     resume = nic_qdisc(dev, link.rate, link.mtu).replace("qdisc replace", "qdisc change", 1)
     return nic_qdisc(dev, link.rate, link.mtu, paused=True), resume
 
 
-def pause_agent_args(dev: str, scenario) -> list[str]:
+def pause_agent_args(dev: str, scenario, features=None) -> list[str]:
     """Arguments of hosts/pause_agent.py for this host's NIC."""
-    pause_cmd, resume_cmd = pause_commands(dev, scenario)
-    # The paused token bucket starts full: the agent spends that frame's worth.
-    return ["--dev", dev, "--rate", str(scenario.link.rate), "--mtu", str(scenario.link.mtu),
-            "--pause-cmd", pause_cmd, "--resume-cmd", resume_cmd, "--spend-token"]
+    pause_cmd, resume_cmd = pause_commands(dev, scenario, features)
+    args = ["--dev", dev, "--rate", str(scenario.link.rate), "--mtu", str(scenario.link.mtu),
+            "--pause-cmd", pause_cmd, "--resume-cmd", resume_cmd]
+    if not pause_by_plug(scenario, features):
+        args.append("--spend-token")   # the paused token bucket starts full: spend it
+    return args
 
 
 def host_script(host, scenario, rto_min_us: int, features) -> str:
@@ -116,7 +138,7 @@ def host_script(host, scenario, rto_min_us: int, features) -> str:
         # A software switch (bmv2) forwards frames as they are: checksums must be
         # complete when they leave the host, not left to a NIC that veth does not have.
         *([f"ethtool -K {intf} tx off >/dev/null 2>&1 || true"] if scenario.dataplane == "bmv2" else []),
-        *nic_tc_commands(intf, scenario),
+        *nic_tc_commands(intf, scenario, features),
     ]
     if metrics:
         lines.append(f"ip route replace 10.0.0.0/8 dev {intf} proto kernel scope link src {ip} {metrics}")

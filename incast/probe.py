@@ -134,7 +134,8 @@ def _probe_netns() -> tuple[dict[str, bool], bool, bool, bool]:
         nsrun("ip", "link", "add", "probe0", "type", "veth", "peer", "name", "probe1")
         for qd, args in (("htb", ["htb"]), ("bfifo", ["bfifo", "limit", "10000"]),
                          ("pfifo", ["pfifo", "limit", "10"]), ("netem", ["netem", "delay", "1ms"]),
-                         ("tbf", ["tbf", "rate", "1mbit", "burst", "10k", "latency", "1ms"])):
+                         ("tbf", ["tbf", "rate", "1mbit", "burst", "10k", "latency", "1ms"]),
+                         ("plug", ["plug", "limit", "10000"])):
             nsrun("tc", "qdisc", "del", "dev", "probe0", "root")
             r = nsrun("tc", "qdisc", "add", "dev", "probe0", "root", "handle", "1:", *args)
             qdiscs[qd] = r.returncode == 0
