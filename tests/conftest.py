@@ -23,6 +23,22 @@ def run_json(*args, **kw) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def measurer(base: dict[str, str], root):
+    """m(**flags) runs `incast run` with base overridden by flags (senders=8,
+    rto_min="min" -> --senders 8 --rto-min min) and returns its summary. Each distinct
+    set of flags runs once: claims that share a run share its result."""
+    results = {}
+
+    def m(**kw):
+        key = tuple(sorted((f"--{k.replace('_', '-')}", str(v)) for k, v in kw.items()))
+        if key not in results:
+            flat = [x for kv in {**base, **dict(key)}.items() for x in kv]
+            name = "_".join(f"{k[2:]}{v}" for k, v in key) or "base"
+            results[key] = run_json(*flat, "--out", f"{root}/{name}")
+        return results[key]
+    return m
+
+
 def our_netns() -> set[str]:
     d = Path("/run/netns")
     return {p.name for p in d.iterdir() if p.name.startswith("incast-")} if d.is_dir() else set()

@@ -9,11 +9,9 @@ At 100 Mbit/s the collapse and its cure by a small RTOmin reproduce too, but bmv
 ingress falls behind the burst, so packets wait in its input queue where no PAUSE
 can hold them back (see README, "The bmv2 data plane").
 """
-import functools
-
 import pytest
 
-from conftest import needs_root, run_json
+from conftest import measurer, needs_root
 
 pytestmark = [needs_root, pytest.mark.network, pytest.mark.p4, pytest.mark.scenario]
 
@@ -35,23 +33,9 @@ def _bmv2_present():
         pytest.skip(str(e))
 
 
-@functools.lru_cache(maxsize=None)
-def _measure(key: tuple, out_root: str) -> dict:
-    args = dict(BASE)
-    args.update(dict(key))
-    flat = [x for kv in args.items() for x in kv]
-    name = "_".join(f"{k[2:]}{v}" for k, v in key) or "base"
-    return run_json(*flat, "--out", f"{out_root}/{name}")
-
-
 @pytest.fixture(scope="module")
 def measure(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("bmv2"))
-
-    def m(**kw):
-        key = tuple(sorted((f"--{k.replace('_', '-')}", str(v)) for k, v in kw.items()))
-        return _measure(key, root)
-    return m
+    return measurer(BASE, tmp_path_factory.mktemp("bmv2"))
 
 
 def test_bmv2_collapse_with_200ms_rto(measure):

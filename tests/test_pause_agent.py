@@ -4,6 +4,7 @@ Mbit/s NIC as runs build it, with the agent) and a peer that receives, timestamp
 packet and sends the PAUSE frames. The NIC stops by whichever mechanism this kernel
 offers: a plug qdisc, or the token bucket's rate (tests/test_vm_pause.py runs this file
 in the VM kernels, which have plug)."""
+import contextlib
 import functools
 import json
 import os
@@ -140,22 +141,32 @@ def pair():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def run_plan(host, peer, pauses, duration=0.6):
-    """The peer sends its PAUSE frames at the planned times while the host sends."""
-    agent = subprocess.Popen(["ip", "netns", "exec", host, *host_nic()[1]], stdout=subprocess.PIPE, text=True)
+@contextlib.contextmanager
+def agent_and_sender(host, *agent_args):
+    """The agent on the host and a sender waiting for GO; both stopped on the way out,
+    when the agent's statistics fill the yielded dict."""
+    agent = subprocess.Popen(["ip", "netns", "exec", host, *host_nic()[1], *agent_args],
+                             stdout=subprocess.PIPE, text=True)
     sender = None
+    stats = {}
     try:
         assert agent.stdout.readline().strip() == "READY"
-        peer_proc = start_peer(peer, pauses, duration)
         sender = start_sender(host)
-        go(sender)
-        out = finish_peer(peer_proc)
+        yield agent, sender, stats
     finally:
         if sender:
             sender.kill()
             sender.wait()
         agent.terminate()
-        stats = json.loads(agent.communicate(timeout=10)[0].strip().splitlines()[-1])
+        stats.update(json.loads(agent.communicate(timeout=10)[0].strip().splitlines()[-1]))
+
+
+def run_plan(host, peer, pauses, duration=0.6):
+    """The peer sends its PAUSE frames at the planned times while the host sends."""
+    with agent_and_sender(host) as (_, sender, stats):
+        peer_proc = start_peer(peer, pauses, duration)
+        go(sender)
+        out = finish_peer(peer_proc)
     return out, stats
 
 
@@ -199,24 +210,13 @@ def test_a_host_that_starts_sending_during_a_pause_stays_silent(pair):
     host, peer = pair
     pause_s = 0.3
     quanta = round(pause_s * RATE / 512)
-    agent = subprocess.Popen(["ip", "netns", "exec", host, *host_nic()[1], "--events"], stdout=subprocess.PIPE,
-                             text=True)
-    sender = None
-    try:
-        assert agent.stdout.readline().strip() == "READY"
+    with agent_and_sender(host, "--events") as (agent, sender, stats):
         peer_proc = start_peer(peer, [(0.2, quanta)], 1.0)
-        sender = start_sender(host)
         go(peer_proc)
         # The host is idle when the PAUSE arrives; it starts sending once the gate is shut.
         assert agent.stdout.readline().strip() == "CLOSED"
         go(sender)
         out = json.loads(peer_proc.communicate(timeout=60)[0])
-    finally:
-        if sender:
-            sender.kill()
-            sender.wait()
-        agent.terminate()
-        stats = json.loads(agent.communicate(timeout=10)[0].strip().splitlines()[-1])
     (sent_at, _), = out["sent"]
     first = min(out["arrivals"])
     mechanism = "token bucket" if "--spend-token" in host_nic()[1] else "plug"

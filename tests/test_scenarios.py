@@ -4,11 +4,9 @@ Each run takes seconds; runs shared by several claims are measured once per sess
 Setting: 1 Gbit/s links, fixed-fragment reads of 256 KiB per server (FAST'08, WREN'09),
 32 KiB per-port buffers, Reno, RTOmin 200 ms unless a claim varies one of them.
 """
-import functools
-
 import pytest
 
-from conftest import needs_root, run_json
+from conftest import measurer, needs_root
 
 pytestmark = [needs_root, pytest.mark.network, pytest.mark.scenario]
 
@@ -16,23 +14,9 @@ BASE = {"--link-rate": "1Gbit", "--buffer": "32KiB", "--sru": "256KiB", "--cc": 
         "--rto-min": "200ms", "--blocks": "30", "--warmup": "2"}
 
 
-@functools.lru_cache(maxsize=None)
-def _measure(key: tuple, out_root: str) -> dict:
-    args = dict(BASE)
-    args.update(dict(key))
-    flat = [x for kv in args.items() for x in kv]
-    name = "_".join(f"{k[2:]}{v}" for k, v in key)
-    return run_json(*flat, "--out", f"{out_root}/{name}")
-
-
 @pytest.fixture(scope="module")
 def measure(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("scenarios"))
-
-    def m(**kw):
-        key = tuple(sorted((f"--{k.replace('_', '-')}", str(v)) for k, v in kw.items()))
-        return _measure(key, root)
-    return m
+    return measurer(BASE, tmp_path_factory.mktemp("scenarios"))
 
 
 def onset(measure, senders_range, **kw) -> int:
