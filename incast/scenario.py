@@ -139,7 +139,8 @@ class Pause(_Model):
     the headroom: it must hold, for every paused sender, the frame already on its
     wire plus the one it may start before it reacts. Default XOFF: the buffer less two
     full frames per sender, but no more than half and no less than an eighth of the
-    buffer; default XON: half of XOFF."""
+    buffer. At XON every paused sender resumes with a frame at once, so the queue's peak
+    is about XON plus two frames per sender: default XON is a quarter of XOFF."""
     enabled: bool = False
     xoff: Size | None = None
     xon: Size | None = None
@@ -159,7 +160,7 @@ class Switch(_Model):
         headroom = 2 * (mtu + ETH_HLEN) * senders
         default_xoff = min(total // 2, max(total // 8, total - headroom))
         xoff = self.pause.xoff if self.pause.xoff is not None else default_xoff
-        xon = min(xoff, self.pause.xon) if self.pause.xon is not None else xoff // 2
+        xon = min(xoff, self.pause.xon) if self.pause.xon is not None else xoff // 4
         return xoff, xon
 
     @model_validator(mode="before")
@@ -302,10 +303,11 @@ class Scenario(_Model):
                 else f"block {format_size(w.block)}")
         buf = format_size(s.buffer) if s.buffer is not None else f"{s.buffer_packets}pkt"
         rto = self.tcp.rto_min if self.tcp.rto_min == "min" else format_time_us(self.tcp.rto_min)
-        parts = {"senders": f"{self.topology.senders} senders", "load": load,
+        parts = {"dataplane": "" if self.dataplane == "linux" else f"{self.dataplane} switch",
+                 "senders": f"{self.topology.senders} senders", "load": load,
                  "rate": format_rate(self.link.rate), "buffer": f"buffer {buf}/{s.qos.queues}q",
                  "cc": self.tcp.cc, "rto_min": f"rto_min {rto}"}
-        return ", ".join(v for k, v in parts.items() if k not in omit)
+        return ", ".join(v for k, v in parts.items() if v and k not in omit)
 
 
 # Short names for the fields people change most; used by --flags, --set and sweeps.
@@ -346,7 +348,7 @@ ALIASES = {
 DESCRIBE_PART = {"topology.senders": "senders", "workload.sru": "load", "workload.block": "load",
                  "workload.kind": "load", "link.rate": "rate", "switch.buffer": "buffer",
                  "switch.buffer_packets": "buffer", "switch.qos.queues": "buffer", "tcp.cc": "cc",
-                 "tcp.rto_min": "rto_min"}
+                 "tcp.rto_min": "rto_min", "dataplane": "dataplane"}
 
 
 class ScenarioError(ValueError):
