@@ -73,6 +73,11 @@ class Features:
         missing = [q for q, ok in self.qdiscs.items() if not ok]
         if missing:
             lines.append("qdiscs missing: " + ", ".join(missing))
+        if not self.qdiscs.get("netem"):
+            lines.append("no netem: link.delay, jitter and loss unavailable")
+        if not self.qdiscs.get("plug"):
+            lines.append("no plug: PAUSE stops a host by setting its NIC's token bucket to a rate "
+                         "that sends nothing")
         if not self.u32:
             lines.append("tc u32 classifier missing: QoS classification unavailable")
         if not self.rto_min_us_sysctl:
