@@ -101,7 +101,9 @@ def cmd_run(args) -> int:
         from tqdm import tqdm
         bar = tqdm(total=scenario.workload.blocks * scenario.workload.repetitions, unit="block",
                    desc=scenario.describe(), leave=False, file=sys.stderr)
-    log = (lambda m: print(m, file=sys.stderr)) if args.verbose else (lambda m: None)
+    def log(message):   # warnings always; the rest with -v
+        if args.verbose or message.startswith("warning:"):
+            print(message, file=sys.stderr)
     try:
         outcome = run(scenario, out, progress=bar.update if bar else None, log=log)
     finally:

@@ -317,6 +317,8 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
                 pause["pause_token_frames"] += stats["drains"]
             pause.update(dp.pause_counters())
 
+        health = dp.health()
+
         telemetry_table, lost = None, None
         if tracer:
             tres = tracer.stop(t0_ns)
@@ -344,6 +346,12 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
                         **dict(zip(("pause_xoff_bytes", "pause_xon_bytes"), scenario.switch.pause_thresholds(
                             scenario.link.mtu, scenario.topology.senders))),
                         **pause})
+    summary.update(health)
+    late = health.get("switch_ingress_late_packets", 0)
+    if late > 0.05 * (int(queues["sent_packets"].sum()) if len(queues) else 0):
+        log(f"warning: the switch fell behind: {late} packets waited over 1 ms before its ingress "
+            f"(longest {health['switch_ingress_wait_max_us'] / 1000:.1f} ms), in a queue no buffer limit "
+            "or PAUSE reaches; a lower link rate or fewer servers keep the switch's own buffer in charge")
     if backlog_drops:
         log(f"warning: {backlog_drops} packets dropped by full CPU input backlogs, not by the "
             "switch (raise net.core.netdev_max_backlog)")

@@ -96,7 +96,9 @@ def cmd_sweep(args) -> int:
                   update={"workload": s.workload.model_copy(update={"seed": s.workload.seed + r})}))
               for values, s in points for r in range(repeats)]
     rows, failures = [], 0
-    log = (lambda m: tqdm.write(m, file=sys.stderr)) if args.verbose else (lambda m: None)
+    def log(message):   # warnings always; the rest with -v
+        if args.verbose or message.startswith("warning:"):
+            tqdm.write(message, file=sys.stderr)
     t_start = time.monotonic()
     bar = tqdm(points, unit="run", file=sys.stderr, disable=not sys.stderr.isatty() and not args.verbose)
     for i, (values, s) in enumerate(bar):

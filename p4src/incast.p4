@@ -60,6 +60,7 @@ const bit<32> CFG_TEL_MODE = 7;      /* 0 off, 1 every packet, 2 one in N, 3 on 
 const bit<32> CFG_TEL_N = 8;
 const bit<32> CFG_TEL_THRESHOLD = 9; /* bytes (mode 4) */
 const bit<32> CFG_TEL_DELTA = 10;    /* bytes (mode 3) */
+const bit<32> CFG_LATE_US = 11;      /* a packet that waited longer before ingress is late */
 
 const bit<8> TEL_OFF = 0;
 const bit<8> TEL_ALL = 1;
@@ -436,6 +437,11 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
     register<bit<32>>(NPORTS) tel_count;       /* one-in-N sampling */
     register<bit<32>>(NQUEUES) tel_last;       /* on-change sampling */
     register<mac_t>(NPORTS) port_mac;
+    /* bmv2 falling behind: how long packets waited between arriving at the switch and
+     * entering their egress queue (bmv2's input queue + the ingress pipeline), a time
+     * the P4 buffer does not see. Its maximum, and a count of packets past CFG_LATE_US. */
+    register<bit<32>>(1) ingress_wait_max_us;
+    counter(1, CounterType.packets) ingress_late;
     counter(NQUEUES, CounterType.packets_and_bytes) tx;
     counter(NPORTS, CounterType.packets) xon_tx;
     counter(NPORTS, CounterType.packets) pause_port_tx;   /* PAUSE frames sent, per port */
@@ -530,6 +536,16 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         meta.send_xon = fall && n == 1 ? 1w1 : 1w0;
     }
 
+    action note_ingress_wait() {
+        bit<32> late_us;
+        bit<32> max_us;
+        cfg.read(late_us, CFG_LATE_US);
+        ingress_wait_max_us.read(max_us, 0);
+        bit<32> wait_us = std.enq_timestamp - (bit<32>)meta.enq_ts;   /* both us, mod 2^32 */
+        ingress_wait_max_us.write(0, wait_us > max_us ? wait_us : max_us);
+        meta.sample = wait_us > late_us ? 1w1 : 1w0;
+    }
+
     action sample_one_in_n() {
         bit<32> n;
         bit<32> count;
@@ -591,6 +607,10 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
 
         release();
         tx.count(meta.qidx);
+        note_ingress_wait();
+        if (meta.sample == 1) {
+            ingress_late.count(0);
+        }
         meta.event = EVENT_DEQUEUE;
         meta.enq_qdepth = (bit<32>)std.enq_qdepth;
         meta.deq_qdepth = (bit<32>)std.deq_qdepth;

@@ -47,7 +47,10 @@ PAUSE_MC_SESSION = 2
 TELEMETRY_FRAME = 14 + 68 + 14 + 20 + 20   # the P4 program's truncate() length
 THRIFT_BASE_PORT = 9090
 CFG = {"switch_id": 0, "pause_on": 1, "xoff": 2, "xon": 3, "quanta": 4, "pause_us": 5,
-       "refresh_us": 6, "tel_mode": 7, "tel_n": 8, "tel_threshold": 9, "tel_delta": 10}
+       "refresh_us": 6, "tel_mode": 7, "tel_n": 8, "tel_threshold": 9, "tel_delta": 10, "late_us": 11}
+# A packet that waits longer than this between arriving at bmv2 and entering its egress
+# queue is late: bmv2's input queue, not the P4 buffer, is holding traffic.
+LATE_US = 1000
 
 
 def tool(name: str) -> str | None:
@@ -245,7 +248,8 @@ class Bmv2DataPlane(DataPlane):
         cfg = {"switch_id": sw.device_id, "pause_on": int(s.switch.pause.enabled), "xoff": xoff, "xon": xon,
                "quanta": quanta, "pause_us": pause_us, "refresh_us": pause_us // 2,
                "tel_mode": mode, "tel_n": param if mode == 2 else 1,
-               "tel_threshold": param if mode == 4 else 0, "tel_delta": param if mode == 3 else 0}
+               "tel_threshold": param if mode == 4 else 0, "tel_delta": param if mode == 3 else 0,
+               "late_us": LATE_US}
         cmds += [f"register_write cfg {CFG[k]} {v}" for k, v in cfg.items()]
         cmds.append(f"mirroring_add {TELEMETRY_SESSION} {TELEMETRY_PORT}")
         for p in host_ports:
@@ -313,6 +317,17 @@ class Bmv2DataPlane(DataPlane):
             reads = [("c", n, i) for n in names for i in numbers]
             for (_, name, _), line in zip(reads, self._read(sw, reads)):
                 out[names[name]] += _parse_value(line)[0]
+        return out
+
+    def health(self) -> dict:
+        """Whether bmv2 kept up: the longest wait of a packet before its egress queue
+        (bmv2's input queue and ingress pipeline) and how many waited over LATE_US."""
+        out = {"switch_ingress_wait_max_us": 0, "switch_ingress_late_packets": 0}
+        for sw in self.switches:
+            (wait, _), (late, _) = map(_parse_value, self._read(
+                sw, [("r", "IncastEgress.ingress_wait_max_us", 0), ("c", "IncastEgress.ingress_late", 0)]))
+            out["switch_ingress_wait_max_us"] = max(out["switch_ingress_wait_max_us"], wait)
+            out["switch_ingress_late_packets"] += late
         return out
 
     def telemetry(self, run_dir, host_of_ip: dict[str, str], world_inode: int):
