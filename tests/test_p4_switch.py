@@ -216,6 +216,24 @@ def test_pause_at_xoff_and_xon_byte_exact(rig):
     assert len(got) == 6 and all(g == frame for g in got)   # no PAUSE toward the congested port
 
 
+def test_xon_waits_for_the_congested_port(rig):
+    """Traffic leaving an idle port (the client's ACKs toward a server) must not end
+    a pause that a congested port started: XON is per congested port."""
+    c = bmv2.CFG
+    rig.cli([f"register_write cfg {c['pause_on']} 1", f"register_write cfg {c['xoff']} 3000",
+             f"register_write cfg {c['xon']} 1500", f"register_write cfg {c['quanta']} 4660",
+             f"register_write cfg {c['pause_us']} 1000000", f"register_write cfg {c['refresh_us']} 1000",
+             "set_queue_rate 1 2 7"])   # port 2 drains one frame a second
+    for _ in range(4):
+        rig.send(1, udp(1, 2, size=1000))
+    first = rig.receive(4, timeout=0.3)
+    assert [len(f) for f in first] == [60] and first[0][16:18] == b"\x12\x34", [f.hex() for f in first]
+    rig.send(1, udp(1, 3, size=1000))   # leaves port 3 at once, its queue empty
+    assert len([f for f in rig.receive(3, timeout=0.3) if f[12:14] == b"\x08\x00"]) == 1
+    assert rig.receive(4, timeout=0.3) == []   # no quanta 0 while port 2 is still full
+    assert rig.register("congested_ports", 0) == 1 and rig.register("congested", 2) == 1
+
+
 def test_pause_and_pfc_are_never_forwarded(rig):
     from scapy.compat import raw
     from scapy.contrib.mac_control import MACControlClassBasedFlowControl, MACControlPause
