@@ -24,9 +24,7 @@ Two differences from the bpftrace program, both about exactness:
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -146,15 +144,10 @@ class QdiscRecorder(KernelQueueRecorder):
             raise ValueError("no qdisc drop reasons known for skb:kfree_skb")
         self.ringbuf_mb = ringbuf_mb(perf_pages)
         self.raw_path = self.run_dir / "telemetry.raw.bin"
-        self.proc: subprocess.Popen | None = None
         self.probe_mode = "auto"            # or "tp_btf" / "tracepoint" (tests; auto falls back)
         self.leaf_major_base = LEAF_MAJOR_BASE   # 0: occupancy from counters only
         self.mode: str | None = None        # "tp_btf" or "tracepoint" once attached
         self._lines: list[str] = []
-        self._stderr = b""
-        self._ready = threading.Event()     # READY seen, or stdout closed
-        self._reader: threading.Thread | None = None
-        self._err_reader: threading.Thread | None = None
 
     def command(self, binary: Path) -> list[str]:
         return [str(binary), "--netns-inode", str(self.inode),
@@ -173,17 +166,9 @@ class QdiscRecorder(KernelQueueRecorder):
             raise RuntimeError(f"telemetry: {binary} writes {size.stdout.strip() or '?'}-byte "
                                f"records, incast expects {RECORD_DTYPE.itemsize}: "
                                "rebuild it with scripts/build-bpf.sh")
-        self.proc = subprocess.Popen(self.command(binary), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self._reader = threading.Thread(target=self._pump, daemon=True)
-        self._reader.start()
-        self._err_reader = threading.Thread(target=self._pump_err, daemon=True)
-        self._err_reader.start()
+        self._spawn(self.command(binary), stdin=subprocess.DEVNULL)
         if not self._ready.wait(timeout) or "READY" not in self._lines:
-            self.proc.kill()
-            self.proc.wait()
-            self._reader.join(5)
-            self._err_reader.join(5)
+            self._kill()
             self.raw_path.unlink(missing_ok=True)
             raise RuntimeError(f"telemetry: the recorder did not attach: {self._error_line()}")
 
@@ -196,9 +181,6 @@ class QdiscRecorder(KernelQueueRecorder):
             elif line == "READY":
                 self._ready.set()
         self._ready.set()
-
-    def _pump_err(self) -> None:
-        self._stderr = self.proc.stderr.read()
 
     def _error_line(self) -> str:
         err = self._stderr.decode(errors="replace").strip().splitlines()
@@ -216,14 +198,7 @@ class QdiscRecorder(KernelQueueRecorder):
         return None
 
     def stop(self, t0_ns: int) -> TelemetryResult:
-        self.proc.send_signal(signal.SIGINT)   # the loader detaches, drains and reports
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._reader.join()
-        self._err_reader.join()
+        self._interrupt()
         lost = self._value("LOST")
         records = self._value("RECORDS")
         if self.proc.returncode != 0 or lost is None or records is None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import struct
 import subprocess
@@ -204,6 +205,43 @@ class KernelQueueRecorder:
         self.inode = netns_inode
         self.ports = ports
         self.host_of_ip = host_of_ip
+        self.proc: subprocess.Popen | None = None
+        self._stderr = b""
+        self._ready = threading.Event()   # the recorder said READY (or its stdout closed)
+        self._reader: threading.Thread | None = None
+        self._err_reader: threading.Thread | None = None
+
+    def _spawn(self, argv: list[str], **popen) -> None:
+        """Start the recorder process; _pump reads its stdout, _pump_err its stderr."""
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
+        self._err_reader = threading.Thread(target=self._pump_err, daemon=True)
+        self._err_reader.start()
+
+    def _pump(self) -> None:
+        raise NotImplementedError
+
+    def _pump_err(self) -> None:
+        self._stderr = self.proc.stderr.read()
+
+    def _kill(self) -> None:
+        """The recorder did not attach: stop it without waiting for a report."""
+        self.proc.kill()
+        self.proc.wait()
+        self._reader.join(5)
+        self._err_reader.join(5)
+
+    def _interrupt(self) -> None:
+        """SIGINT: the recorder detaches, drains its buffers and reports; wait for it."""
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join()
+        self._err_reader.join()
 
 
 class QdiscTracer(KernelQueueRecorder):
@@ -216,25 +254,15 @@ class QdiscTracer(KernelQueueRecorder):
         self.program = bpftrace_program(dscp_table, drop_reasons)
         self.perf_pages = perf_pages
         self.raw_path = self.run_dir / "telemetry.raw.csv"
-        self.proc: subprocess.Popen | None = None
-        self._ready = threading.Event()
-        self._reader: threading.Thread | None = None
-        self._stderr = b""
 
     def start(self, timeout: float = 60.0) -> None:
         prog = self.run_dir / "telemetry.bt"
         prog.write_text(self.program)
         env = dict(os.environ, BPFTRACE_PERF_RB_PAGES=str(self.perf_pages),
                    BPFTRACE_STRLEN="16", BPFTRACE_MAP_KEYS_MAX="65536")
-        self.proc = subprocess.Popen(["bpftrace", str(prog), str(self.inode)], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self._reader = threading.Thread(target=self._pump, daemon=True)
-        self._reader.start()
-        self._err_reader = threading.Thread(target=self._pump_err, daemon=True)
-        self._err_reader.start()
+        self._spawn(["bpftrace", str(prog), str(self.inode)], env=env)
         if not self._ready.wait(timeout) or self.proc.poll() is not None:
-            self.proc.kill()
-            self._err_reader.join(5)
+            self._kill()
             err = self._stderr.decode(errors="replace").strip().splitlines()
             detail = next((line for line in err if "ERROR" in line and "RLIMIT" not in line),
                           err[-1] if err else "no output")
@@ -257,18 +285,8 @@ class QdiscTracer(KernelQueueRecorder):
                         continue
                 out.write(chunk)
 
-    def _pump_err(self) -> None:
-        self._stderr = self.proc.stderr.read()
-
     def stop(self, t0_ns: int) -> TelemetryResult:
-        self.proc.send_signal(2)   # SIGINT: bpftrace flushes its buffers and runs END
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._reader.join()
-        self._err_reader.join()
+        self._interrupt()   # bpftrace flushes its buffers and runs END
         return self.parse(t0_ns)
 
     def parse(self, t0_ns: int) -> TelemetryResult:
