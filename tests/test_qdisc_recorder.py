@@ -209,20 +209,26 @@ def _record_blast(tmp_path: Path, ns: str, ifindex: int, mode: str, leaf: int, r
     return rec, res, tc
 
 
+@pytest.fixture
+def reasons():
+    """The qdisc drop reasons the live tests need, once the recorder is built."""
+    if recorder_binary() is None:
+        pytest.skip("build/bpf/qdisc-trace is not built (run scripts/build-bpf.sh)")
+    found = _drop_reasons()
+    if not found:
+        pytest.skip("no qdisc drop reasons in the skb:kfree_skb tracepoint format")
+    return found
+
+
 @pytest.mark.parametrize("mode,leaf", [("auto", 0x10), ("tracepoint", 0x10), ("auto", 0)],
                          ids=["tp_btf-leaf", "tracepoint-leaf", "tp_btf-counters"])
-def test_live_veth_htb_bfifo(tmp_path, veth_pair, mode, leaf):
+def test_live_veth_htb_bfifo(tmp_path, veth_pair, reasons, mode, leaf):
     """leaf 0x10: occupancy read from the bfifo (handle 10:); 0: the probes' counters.
 
     The kernel now and then does not hand a tracepoint hit to BPF at all (on the
     testbed VM: hits in softirqs that interrupt PID 1's threads). The recorder notices
     (MISSED, counted in lost); such a run cannot match tc's counters exactly, so the
     blast is recorded again, up to 4 times, until one run sees every event."""
-    if recorder_binary() is None:
-        pytest.skip("build/bpf/qdisc-trace is not built (run scripts/build-bpf.sh)")
-    reasons = _drop_reasons()
-    if not reasons:
-        pytest.skip("no qdisc drop reasons in the skb:kfree_skb tracepoint format")
     a, b, ifindex = veth_pair
     for attempt in range(4):
         rec, res, tc = _record_blast(tmp_path, a, ifindex, mode, leaf, reasons)
@@ -278,13 +284,8 @@ def test_live_veth_htb_bfifo(tmp_path, veth_pair, mode, leaf):
     assert soj.max() < 20_000
 
 
-def test_live_full_ring_buffer_is_counted_as_lost(tmp_path, veth_pair):
+def test_live_full_ring_buffer_is_counted_as_lost(tmp_path, veth_pair, reasons):
     """A reader that cannot keep up loses records; they are counted, not hidden."""
-    if recorder_binary() is None:
-        pytest.skip("build/bpf/qdisc-trace is not built (run scripts/build-bpf.sh)")
-    reasons = _drop_reasons()
-    if not reasons:
-        pytest.skip("no qdisc drop reasons in the skb:kfree_skb tracepoint format")
     a, b, ifindex = veth_pair
     rec = QdiscRecorder(tmp_path, os.stat(f"/run/netns/{a}").st_ino, {ifindex: ("qr", "va")},
                         [0] * 64, reasons, {})
