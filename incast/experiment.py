@@ -317,7 +317,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
                 pause["pause_token_frames"] += stats["drains"]
             pause.update(dp.pause_counters())
 
-        health = dp.health()
+        health, health_warnings = dp.health(sum(int(q["sent_packets"].sum()) for q in queue_frames))
 
         telemetry_table, lost = None, None
         if tracer:
@@ -347,11 +347,8 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
                             scenario.link.mtu, scenario.topology.senders))),
                         **pause})
     summary.update(health)
-    late = health.get("switch_ingress_late_packets", 0)
-    if late > 0.05 * (int(queues["sent_packets"].sum()) if len(queues) else 0):
-        log(f"warning: the switch fell behind: {late} packets waited over 1 ms before its ingress "
-            f"(longest {health['switch_ingress_wait_max_us'] / 1000:.1f} ms), in a queue no buffer limit "
-            "or PAUSE reaches; a lower link rate or fewer servers keep the switch's own buffer in charge")
+    for warning in health_warnings:
+        log(warning)
     if backlog_drops:
         log(f"warning: {backlog_drops} packets dropped by full CPU input backlogs, not by the "
             "switch (raise net.core.netdev_max_backlog)")

@@ -59,6 +59,12 @@ def route_metrics(scenario, rto_min_us: int, features) -> str:
     return " ".join(opts)
 
 
+def nic_queue_bytes(mtu: int) -> int:
+    """What a host NIC's queue holds: enough that it never drops (TCP small queues
+    bound what a socket puts there)."""
+    return NIC_QUEUE_PACKETS * (mtu + ETH_HLEN + WIRE_OVERHEAD)
+
+
 def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False) -> str:
     """The host NIC: a token bucket at the link rate (tc batch syntax).
 
@@ -66,7 +72,7 @@ def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False) -> str:
     refills its bucket, while an HTB class keeps the token debt of whatever it sent
     at the paused rate and would stay silent long after the PAUSE ends."""
     frame = mtu + ETH_HLEN
-    limit = NIC_QUEUE_PACKETS * (frame + WIRE_OVERHEAD)
+    limit = nic_queue_bytes(mtu)
     if paused:   # nothing more leaves (bar the frame already on its way, as on a real NIC)
         return f"qdisc change dev {dev} root handle 1: tbf rate 8bit burst {frame} limit {limit}"
     burst = frame + int(rate * NIC_TIMER_SLACK_US / 8e6)
@@ -91,8 +97,7 @@ def nic_tc_commands(dev: str, scenario, features=None) -> list[str]:
     cmds = ["tc " + nic_qdisc(dev, link.rate, link.mtu)]
     if pause_by_plug(scenario, features):
         # A new plug holds everything until told otherwise.
-        limit = NIC_QUEUE_PACKETS * (link.mtu + ETH_HLEN + WIRE_OVERHEAD)
-        cmds += [f"tc qdisc replace dev {dev} parent 1:1 handle {PLUG_HANDLE} plug limit {limit}",
+        cmds += [f"tc qdisc replace dev {dev} parent 1:1 handle {PLUG_HANDLE} plug limit {nic_queue_bytes(link.mtu)}",
                  f"tc qdisc change dev {dev} parent 1:1 handle {PLUG_HANDLE} plug release_indefinite"]
     if link.needs_netem:
         netem = f"netem limit {NIC_QUEUE_PACKETS}"

@@ -48,9 +48,10 @@ class DataPlane(ABC):
         """A telemetry recorder (start(), stop(t0_ns) -> TelemetryResult) for the switch
         ports, or raise MissingFeature."""
 
-    def health(self) -> dict:
-        """Summary fields saying whether the data plane itself kept up (none by default)."""
-        return {}
+    def health(self, sent_packets: int) -> tuple[dict, list[str]]:
+        """Whether the data plane itself kept up with sent_packets through its ports:
+        summary fields and warnings (none by default)."""
+        return {}, []
 
     def bottleneck(self, client: str) -> Port:
         """The switch port facing the client: where incast builds its queue."""

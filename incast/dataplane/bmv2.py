@@ -49,8 +49,10 @@ THRIFT_BASE_PORT = 9090
 CFG = {"switch_id": 0, "pause_on": 1, "xoff": 2, "xon": 3, "quanta": 4, "pause_us": 5,
        "refresh_us": 6, "tel_mode": 7, "tel_n": 8, "tel_threshold": 9, "tel_delta": 10, "late_us": 11}
 # A packet that waits longer than this between arriving at bmv2 and entering its egress
-# queue is late: bmv2's input queue, not the P4 buffer, is holding traffic.
+# queue is late: bmv2's input queue, not the P4 buffer, is holding traffic. A run in
+# which more than LATE_SHARE of the packets are late says so.
 LATE_US = 1000
+LATE_SHARE = 0.05
 
 
 def tool(name: str) -> str | None:
@@ -319,7 +321,7 @@ class Bmv2DataPlane(DataPlane):
                 out[names[name]] += _parse_value(line)[0]
         return out
 
-    def health(self) -> dict:
+    def health(self, sent_packets: int) -> tuple[dict, list[str]]:
         """Whether bmv2 kept up: the longest wait of a packet before its egress queue
         (bmv2's input queue and ingress pipeline) and how many waited over LATE_US."""
         out = {"switch_ingress_wait_max_us": 0, "switch_ingress_late_packets": 0}
@@ -328,7 +330,14 @@ class Bmv2DataPlane(DataPlane):
                 sw, [("r", "IncastEgress.ingress_wait_max_us", 0), ("c", "IncastEgress.ingress_late", 0)]))
             out["switch_ingress_wait_max_us"] = max(out["switch_ingress_wait_max_us"], wait)
             out["switch_ingress_late_packets"] += late
-        return out
+        warnings = []
+        if out["switch_ingress_late_packets"] > LATE_SHARE * sent_packets:
+            warnings.append(
+                f"warning: the switch fell behind: {out['switch_ingress_late_packets']} packets waited over "
+                f"{LATE_US / 1000:g} ms before its ingress (longest {out['switch_ingress_wait_max_us'] / 1000:.1f} "
+                "ms), in a queue no buffer limit or PAUSE reaches; a lower link rate or fewer servers keep "
+                "the switch's own buffer in charge")
+        return out, warnings
 
     def telemetry(self, run_dir, host_of_ip: dict[str, str], world_inode: int):
         return Bmv2Collector(run_dir, self.switches, self.ports, host_of_ip)
