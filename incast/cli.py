@@ -156,18 +156,46 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("probe", help="show what this machine's kernel can do")
     p.set_defaults(func=cmd_probe)
 
+    p = sub.add_parser("calibrate", help="find the highest link rate this machine emulates faithfully (cached)")
+    p.add_argument("--force", action="store_true", help="measure again even if a calibration is cached")
+    p.add_argument("--json", action="store_true", help="print the calibration as JSON")
+    p.add_argument("-v", "--verbose", action="store_true", help="say what each trial run found")
+    p.set_defaults(func=cmd_calibrate)
+
     p = sub.add_parser("cleanup", help="remove what crashed or killed runs left behind")
     p.set_defaults(func=cmd_cleanup)
     return ap
 
 
 def cmd_probe(args) -> int:
+    from . import calibrate
     from .probe import probe
     f = probe()
     for line in f.summary_lines():
         print(line)
     print(f"congestion control: available {' '.join(f.cc_available)}; allowed {' '.join(f.cc_allowed)}")
     print(f"lowest rto_min: {f.lowest_rto_min_us} us -> effective floor {f.effective_rto_floor_us(f.lowest_rto_min_us)} us")
+    c = calibrate.cached()
+    for line in calibrate.describe(c) if c else ["not calibrated yet: incast calibrate (under a minute)"]:
+        print(line)
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    from . import calibrate
+    from .probe import probe
+    probe()     # root, tools: fail before anything runs
+    def log(message):
+        if args.verbose:
+            print(message, file=sys.stderr)
+    if not args.json and sys.stderr.isatty() and not args.verbose:
+        print("calibrating (under a minute)...", file=sys.stderr)
+    c = calibrate.calibrate(log, force=args.force)
+    if args.json:
+        print(json.dumps(c))
+    else:
+        for line in calibrate.describe(c):
+            print(line)
     return 0
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from . import dataplane as dataplanes
-from . import hostconfig, resources
+from . import fidelity, hostconfig, resources
 from .probe import Features, probe, require
 from .results import ResultsDir, one_line, summarize
 from .scenario import Scenario, to_toml
@@ -75,7 +75,31 @@ def environment(features: Features, scenario: Scenario, rto_min_us: int) -> dict
         "dataplane": scenario.dataplane, "machine": platform.machine(),
         "cpus": len(__import__("os").sched_getaffinity(0)),
         "versions": versions, "features": features.as_dict(),
+        "calibration": _calibration_brief(),
     }
+
+
+def _calibration_brief() -> dict | None:
+    from . import calibrate
+    c = calibrate.cached()
+    if c is None:
+        return None
+    return {k: c[k] for k in ("key", "created", "rates_bps", "timer_late_us_p99",
+                              "dequeue_lateness_us_p99", "cpu_us_per_packet")}
+
+
+def resolve_auto_rate(scenario: Scenario, log=lambda msg: None, senders: int | None = None) -> Scenario:
+    """The scenario with link.rate "auto" replaced by the highest rate calibration found
+    faithful here for `senders` (default: the scenario's); calibrates first if this
+    machine has no calibration yet."""
+    if scenario.link.rate != "auto":
+        return scenario
+    from . import calibrate
+    if calibrate.cached() is None:
+        log("warning: calibrating this machine first (once; see incast calibrate)")
+    c = calibrate.calibrate(log)
+    rate = calibrate.faithful_rate(c, senders or scenario.topology.senders)
+    return scenario.model_copy(update={"link": scenario.link.model_copy(update={"rate": rate})})
 
 
 @dataclass
@@ -138,6 +162,21 @@ def _queue_delta(before: pd.DataFrame, after: pd.DataFrame, rep: int) -> pd.Data
     return delta
 
 
+def watched_links(net, dp, scenario, world_inode: int) -> list[fidelity.WatchedLink]:
+    """The links whose service the link monitor measures: the switch ports a qdisc
+    paces (the data plane says which) and every host's NIC."""
+    from .dataplane.linux import WIRE_OVERHEAD
+    from .scenario import ETH_HLEN
+    rate, frame = scenario.link.rate, scenario.link.mtu + ETH_HLEN
+    links = [fidelity.WatchedLink(p.name, "switch", world_inode, p.ifindex, rate, WIRE_OVERHEAD, frame)
+             for p in dp.paced_ports()]
+    for h in net.hosts:
+        intf = h.defaultIntf().name
+        inode, index = resources.interface_index(h.pid, intf)
+        links.append(fidelity.WatchedLink(intf, "nic", inode, index, rate, WIRE_OVERHEAD, frame))
+    return links
+
+
 def run_in_vm(scenario: Scenario, out: Path, log=lambda msg: None) -> Outcome:
     """Run the scenario inside a VM booted with the stock or hrtimer kernel: the same
     code, on the machine's root shared read-only; the results come back through the
@@ -180,6 +219,8 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
     """Run a validated scenario; write its results directory at out."""
     if scenario.kernel != "host":
         return run_in_vm(scenario, out, log)
+    auto_rate = scenario.link.rate == "auto"
+    scenario = resolve_auto_rate(scenario, log)
     features = probe()
     for note in require(features, scenario):
         log(note)
@@ -251,11 +292,18 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
             tracer = dp.telemetry(results.path, host_of_ip, resources.netns_inode(res.world))
             tracer.start()
 
+        links = watched_links(net, dp, scenario, resources.netns_inode(res.world))
+        monitor = None
+        if fidelity.monitor_binary() is not None:
+            monitor = fidelity.LinkMonitor(links, skip_first=fidelity.SKIP_FIRST)
+            monitor.start()
+
         fragments = scenario.fragments()
         w = scenario.workload
         block_rows, flow_rows, counter_rows, queue_frames = [], [], [], []
         t0_ns = None
         backlog_drops = 0
+        cpu_before = cpu_after = None
         for rep in range(w.repetitions):
             cmd = [sys.executable, str(HOSTS_DIR / "incast_client.py"),
                    "--servers", ",".join(s.IP() for s in servers),
@@ -272,6 +320,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
             backlog_before = softnet_drops()
             if t0_ns is None:
                 t0_ns = time.monotonic_ns()
+                cpu_before = fidelity.cpu_times()
             proc.stdin.write("GO\n")
             proc.stdin.flush()
             for _ in range(w.blocks):
@@ -286,6 +335,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
                                    "last_server": servers[last].name if last >= 0 else ""})
                 if progress:
                     progress(1)
+            cpu_after = fidelity.cpu_times()
             after = {h.name: hostconfig.read_counters(h.pid) for h in net.hosts}
             q_after = dp.queue_counters()
             backlog_drops += softnet_drops() - backlog_before
@@ -318,6 +368,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
             pause.update(dp.pause_counters())
 
         health, health_warnings = dp.health(sum(int(q["sent_packets"].sum()) for q in queue_frames))
+        monitored = monitor.stop() if monitor else {}
 
         telemetry_table, lost = None, None
         if tracer:
@@ -335,7 +386,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
     summary.update({"dataplane": scenario.dataplane, "cc": scenario.tcp.cc, "rto_min_us": rto_min_us,
                     "rto_floor_us": env["rto_floor_us"], "bottleneck_port": bottleneck.name,
                     "build_s": round(build_s, 3), "repetitions": w.repetitions,
-                    "backlog_drops": backlog_drops,
+                    "backlog_drops": backlog_drops, "link_rate_auto": auto_rate,
                     "run_dir": str(results.final)})
     if pause is not None:
         reactions = pause.pop("reaction_us")
@@ -352,6 +403,15 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
     if backlog_drops:
         log(f"warning: {backlog_drops} packets dropped by full CPU input backlogs, not by the "
             "switch (raise net.core.netdev_max_backlog)")
+    link_table = pd.DataFrame(fidelity.link_rows(links, monitored)) if monitored else None
+    summary["fidelity"] = fidelity.assess(
+        link_table.to_dict("records") if link_table is not None else [], monitored.get("watchdog"),
+        fidelity.cpu_use(cpu_before, cpu_after), backlog_drops, health_warnings, bool(monitored),
+        measured_ms=float((blocks.groupby("rep")["end_us"].max() - blocks.groupby("rep")["start_us"].min()).sum()) / 1000)
+    if not summary["fidelity"]["ok"]:
+        log(fidelity.warning_line(summary["fidelity"]))
+    if link_table is not None:
+        results.write_table("links.parquet", link_table)
     results.write_table("blocks.parquet", blocks)
     results.write_table("counters.parquet", counters)
     results.write_table("queues.parquet", queues)

@@ -22,7 +22,7 @@ NIC_QUEUE_PACKETS = 10_000
 # link carries while a timer is late (about two frames at 1 Gbit/s), not the bursts a
 # deep bucket would release (every host at once, at the start of a block or after a
 # PAUSE ends). At 10 Mbit/s a second frame in the bucket would leave 1.2 ms early.
-NIC_TIMER_SLACK_US = 12
+NIC_TIMER_SLACK_US = 100
 
 
 def tcp_sysctls(scenario, rto_min_us: int, features) -> dict[str, str]:

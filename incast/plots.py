@@ -15,7 +15,9 @@ SUMMARY_COLUMNS = {"goodput_mbps", "link_mbps", "senders", "blocks", "block_ms_p
                    "block_ms_max", "timeouts", "retransmits", "drops", "bottleneck_drops",
                    "max_queue_bytes", "telemetry_records", "telemetry_lost", "dataplane", "cc",
                    "rto_min_us", "rto_floor_us", "bottleneck_port", "build_s", "repetitions",
-                   "run_dir", "error", "backlog_drops", "repeat"}
+                   "run_dir", "error", "backlog_drops", "repeat", "link_rate_auto", "fidelity_ok",
+                   "fidelity_reasons", "fidelity_min_service_ratio", "fidelity_cpu_busy",
+                   "fidelity_cpu_busy_max", "fidelity_timer_late_us_p99"}
 
 
 def plot_sweep(table: pd.DataFrame, out: Path, title: str = "", axes: list[str] | None = None) -> Path:
@@ -37,8 +39,19 @@ def plot_sweep(table: pd.DataFrame, out: Path, title: str = "", axes: list[str] 
         key = key if isinstance(key, tuple) else (key,)
         label = ", ".join(f"{a}={_pretty(a, v, g)}" for a, v in zip(axes, key)) or "goodput"
         mean = g.groupby("senders")["goodput_mbps"].agg(["mean", "min", "max"]).sort_index()
-        ax.errorbar(mean.index, mean["mean"], yerr=[mean["mean"] - mean["min"], mean["max"] - mean["mean"]],
-                    marker="o", capsize=3, label=label)
+        line = ax.errorbar(mean.index, mean["mean"], yerr=[mean["mean"] - mean["min"], mean["max"] - mean["mean"]],
+                           marker="o", capsize=3, label=label)
+        bad = unfaithful_points(g)
+        if len(bad):
+            # Hollow: a point with a run the emulator could not keep faithful.
+            color = line.lines[0].get_color()
+            ax.plot(bad.index, mean.loc[bad.index, "mean"], "o", ms=9, mfc="white", mec=color, mew=1.5)
+    bad_all = unfaithful_points(ok)
+    if len(bad_all):
+        reasons = sorted({r for rs in ok.loc[ok["fidelity_ok"] == False, "fidelity_reasons"]  # noqa: E712
+                          for r in str(rs).split("; ") if r})
+        why = reasons[0] + (f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else "")
+        ax.plot([], [], "o", mfc="white", mec="black", label=f"hollow: not faithful: {why}"[:90])
     if len(ok):
         link = float(ok["link_mbps"].iloc[0])
         ax.axhline(link * 1448 / 1538, color="grey", ls=":", lw=1, label="payload limit")
@@ -52,6 +65,14 @@ def plot_sweep(table: pd.DataFrame, out: Path, title: str = "", axes: list[str] 
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def unfaithful_points(g: pd.DataFrame) -> pd.Series:
+    """Per number of senders, whether any run there was not faithful (only those)."""
+    if "fidelity_ok" not in g or not len(g):
+        return pd.Series(dtype=bool)
+    bad = g.groupby("senders")["fidelity_ok"].agg(lambda v: bool((v == False).any()))  # noqa: E712
+    return bad[bad]
 
 
 def _pretty(axis: str, value, group: pd.DataFrame) -> str:
@@ -114,8 +135,12 @@ def plot_queue(run_dir: Path, port: str | None = None, out: Path | None = None) 
     ax.set_xlim(0, float(blocks["end_us"].max()) / 1000 if len(blocks) else float(ms.max()))
     ax.set_xlabel("time since the first measured block (ms); grey lines: block ends")
     ax.set_ylabel("queue occupancy (KiB)")
-    ax.set_title(f"{port}: {summary['senders']} senders, goodput {summary['goodput_mbps']:.0f} Mbit/s, "
-                 f"{summary['timeouts']} timeouts, {summary['drops']} drops")
+    title = (f"{port}: {summary['senders']} senders at {summary['link_mbps']:g} Mbit/s, goodput "
+             f"{summary['goodput_mbps']:.0f} Mbit/s, {summary['timeouts']} timeouts, {summary['drops']} drops")
+    f = summary.get("fidelity")
+    if f and not f["ok"]:
+        title += "\nNOT FAITHFUL: " + "; ".join(f["reasons"])
+    ax.set_title(title, color="black" if not f or f["ok"] else "darkred")
     ax.legend(loc="upper right", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()

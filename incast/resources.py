@@ -51,6 +51,23 @@ def netns_inode(name: str) -> int:
     return os.stat(NETNS_DIR / name).st_ino
 
 
+def interface_index(pid: int, ifname: str) -> tuple[int, int]:
+    """(inode of the network namespace of process pid, ifindex of ifname in it)."""
+    import socket
+    ns = f"/proc/{pid}/ns/net"
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        setns(ns)
+        try:
+            index = socket.if_nametoindex(ifname)
+        finally:
+            if _libc().setns(home, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns back to the calling namespace")
+    finally:
+        os.close(home)
+    return os.stat(ns).st_ino, index
+
+
 def _pids_with_mark(token: str | None) -> list[int]:
     """PIDs whose environment carries INCAST_RUN (=token, or any value when token is None)."""
     me = os.getpid()

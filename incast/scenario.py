@@ -48,9 +48,20 @@ class Topology(_Model):
     senders: int = Field(1, ge=1, le=256, description="servers answering each block")
 
 
+def _rate_or_auto(value):
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    return parse_rate(value)
+
+
+# "auto": the highest rate calibration found faithful on this machine for the run's
+# number of senders (incast.calibrate), resolved when the run starts.
+RateOrAuto = Annotated[Union[Literal["auto"], Annotated[int, Field(gt=0)]], BeforeValidator(_rate_or_auto)]
+
+
 class Link(_Model):
     """Every link of the topology (host NICs and switch ports run at this rate)."""
-    rate: Rate = parse_rate("1Gbit")
+    rate: RateOrAuto = parse_rate("1Gbit")
     mtu: int = Field(1500, ge=576, le=9000)
     delay: TimeUs = 0
     jitter: TimeUs = 0
@@ -283,6 +294,9 @@ class Scenario(_Model):
     @model_validator(mode="after")
     def _fits(self):
         self.switch.class_limits(self.link.mtu)   # raises with a clear message
+        if self.link.rate == "auto" and self.dataplane != "linux":
+            raise ValueError("link.rate auto is calibrated on the linux data plane; give the "
+                             f"{self.dataplane} data plane an explicit rate")
         if self.switch.pause.enabled and self.dataplane != "bmv2":
             raise ValueError("switch.pause needs dataplane bmv2 (a Linux bridge sends no PAUSE frames)")
         if self.workload.kind == "fixed-block" and self.workload.block < self.topology.senders:
@@ -305,7 +319,8 @@ class Scenario(_Model):
         rto = self.tcp.rto_min if self.tcp.rto_min == "min" else format_time_us(self.tcp.rto_min)
         parts = {"dataplane": "" if self.dataplane == "linux" else f"{self.dataplane} switch",
                  "senders": f"{self.topology.senders} senders", "load": load,
-                 "rate": format_rate(self.link.rate), "buffer": f"buffer {buf}/{s.qos.queues}q",
+                 "rate": "auto rate" if self.link.rate == "auto" else format_rate(self.link.rate),
+                 "buffer": f"buffer {buf}/{s.qos.queues}q",
                  "cc": self.tcp.cc, "rto_min": f"rto_min {rto}"}
         return ", ".join(v for k, v in parts.items() if v and k not in omit)
 

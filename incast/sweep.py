@@ -68,11 +68,36 @@ def _label(values: dict) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)[:80]
 
 
+def flat_summary(summary: dict) -> dict:
+    """A run's summary as one table row: the fidelity object becomes fidelity_* columns."""
+    row = {k: v for k, v in summary.items() if k != "fidelity"}
+    f = summary.get("fidelity") or {}
+    row["fidelity_ok"] = f.get("ok")
+    row["fidelity_reasons"] = "; ".join(f.get("reasons", []))
+    for k in ("min_service_ratio", "cpu_busy", "cpu_busy_max", "timer_late_us_p99"):
+        row[f"fidelity_{k}"] = f.get(k)
+    return row
+
+
+def _resolve_auto(points, resolve, say) -> tuple[list, str]:
+    """Give every point whose link.rate is "auto" one rate: the one faithful for the
+    largest number of senders among them, so the sweep's curves share an axis."""
+    auto = [s for _, s in points if s.link.rate == "auto"]
+    if not auto:
+        return points, ""
+    most = max(s.topology.senders for s in auto)
+    rate = resolve(auto[0], lambda m: say(m) if m.startswith("warning:") else None, senders=most).link.rate
+    say(f"link.rate auto: {rate / 1e6:g} Mbit/s (faithful on this machine up to {most} senders)")
+    fixed = [(v, s if s.link.rate != "auto" else s.model_copy(
+        update={"link": s.link.model_copy(update={"rate": rate})})) for v, s in points]
+    return fixed, f" (auto rate, faithful here for {most} servers)"
+
+
 def cmd_sweep(args) -> int:
     from tqdm import tqdm
 
     from .cli import scenario_from_args
-    from .experiment import run
+    from .experiment import resolve_auto_rate, run
     from .plots import plot_sweep
 
     data, overrides = scenario_from_args(args)
@@ -91,6 +116,7 @@ def cmd_sweep(args) -> int:
     repeats = args.repeat
     if repeats < 1:
         raise scn.ScenarioError("--repeat: at least 1")
+    points, auto_note = _resolve_auto(points, resolve_auto_rate, lambda m: print(m, file=sys.stderr))
     # Each repetition is a run of its own (a fresh network), with its own seed.
     points = [({**values, "repeat": r}, s if r == 0 else s.model_copy(
                   update={"workload": s.workload.model_copy(update={"seed": s.workload.seed + r})}))
@@ -108,7 +134,7 @@ def cmd_sweep(args) -> int:
         row["senders"] = s.topology.senders   # the x axis, numeric even when a run fails
         try:
             outcome = run(s, run_dir, log=log)
-            row.update(outcome.summary)
+            row.update(flat_summary(outcome.summary))
             row["run_dir"] = str(final / "runs" / run_dir.name)
             bar.set_postfix(goodput=f"{outcome.summary['goodput_mbps']:.0f}Mbps")
         except KeyboardInterrupt:
@@ -122,7 +148,7 @@ def cmd_sweep(args) -> int:
     table = pd.DataFrame(rows)
     if "goodput_mbps" in table:
         varied = {scn.DESCRIBE_PART.get(scn.resolve_field(n)) for n in grid} | {"senders"}
-        plot_sweep(table, work / "goodput.png", title=points[0][1].describe(omit=varied),
+        plot_sweep(table, work / "goodput.png", title=points[0][1].describe(omit=varied) + auto_note,
                    axes=[n.split(".")[-1] for n in grid])   # repeats become error bars
     os.replace(work, final)
     # Paths inside the table now point at the final location.

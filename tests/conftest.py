@@ -50,6 +50,13 @@ def our_state() -> set[str]:
     return {p.name for p in d.iterdir()} if d.is_dir() else set()
 
 
+def faithful_rate_bps(senders: int) -> int:
+    """The highest rate this machine emulates faithfully for `senders` servers
+    (incast calibrate; measured once per machine and cached)."""
+    from incast import calibrate
+    return calibrate.faithful_rate(calibrate.calibrate(), senders)
+
+
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="builds network namespaces: run as root")
 
 

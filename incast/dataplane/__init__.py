@@ -53,6 +53,11 @@ class DataPlane(ABC):
         summary fields and warnings (none by default)."""
         return {}, []
 
+    def paced_ports(self) -> list[Port]:
+        """The switch ports a root qdisc paces (whose service the link monitor can
+        measure). Default: every port."""
+        return self.ports
+
     def bottleneck(self, client: str) -> Port:
         """The switch port facing the client: where incast builds its queue."""
         for p in self.ports:
