@@ -6,9 +6,10 @@
   3. telemetry cost: goodput with and without it, records and records lost
   4. wall time of the README sweep (scenarios/sigcomm09-fig1.toml) and its curves
   5. packets per second bmv2 sustains with incast.p4, with and without telemetry
+  6. calibration: the faithful rate for 1, 16 and 64 senders, and how long finding it takes
 
 Usage (as root, after scripts/setup.sh):
-    /opt/incast/venv/bin/python scripts/benchmark.py [--skip-sweep] [--only one|scale|telemetry|sweep]
+    /opt/incast/venv/bin/python scripts/benchmark.py [--skip-sweep] [--only one|scale|telemetry|sweep|bmv2|calibrate]
 It drives the `incast` command as a user would.
 """
 import argparse
@@ -37,17 +38,25 @@ def run(tmp: Path, name: str, *args):
 
 
 def one_sender(tmp, reps=3):
-    print("== 1. one sender at 1 Gbit/s (payload limit 94.1%)")
+    print("== 1. one sender at 1 Gbit/s and at the faithful rate (payload limit 94.1%)")
+    for rate in ("1Gbit", "auto"):
+        _one_sender(tmp, reps, rate)
+
+
+def _one_sender(tmp, reps, rate):
     fracs = []
     for i in range(reps):
-        s, wall, err = run(tmp, f"one{i}", "--senders", 1, "--blocks", 60, "--cc", "reno")
+        s, wall, err = run(tmp, f"one{rate}{i}", "--senders", 1, "--blocks", 60, "--cc", "reno",
+                           "--link-rate", rate)
         if s is None:
             print(f"  run {i}: FAILED {err}")
             continue
         frac = s["goodput_mbps"] / s["link_mbps"]
         fracs.append(frac)
-        print(f"  run {i}: {s['goodput_mbps']:.1f} Mbit/s = {100 * frac:.2f}% of link, "
-              f"{s['drops']} drops, {s['timeouts']} timeouts")
+        f = s["fidelity"]
+        print(f"  {s['link_mbps']:g} Mbit/s run {i}: {s['goodput_mbps']:.1f} Mbit/s = {100 * frac:.2f}% of link, "
+              f"{s['drops']} drops, {s['timeouts']} timeouts, fidelity {'ok' if f['ok'] else 'NOT ok'} "
+              f"(min service {f['min_service_ratio']}, timer late p99 {f.get('timer_late_us_p99')} us)")
     if fracs:
         print(f"  mean {100 * statistics.mean(fracs):.2f}%  min {100 * min(fracs):.2f}%")
 
@@ -114,18 +123,37 @@ def readme_sweep(tmp):
     import pandas as pd
     t = pd.read_parquet(out / "sweep.parquet")
     pivot = t.pivot_table(index="senders", columns="rto_min", values="goodput_mbps")
+    print(f"  link {t['link_mbps'].iloc[0]:g} Mbit/s")
     print(pivot.round(0).to_string())
+    print(f"  fidelity ok: {int(t['fidelity_ok'].sum())}/{len(t)}; min service ratio "
+          f"{t['fidelity_min_service_ratio'].min():.3f}; busiest CPU up to {t['fidelity_cpu_busy_max'].max():.2f}")
+
+
+def calibration(tmp):
+    print("== 6. calibration (incast calibrate --force)")
+    t = time.monotonic()
+    r = subprocess.run(["incast", "calibrate", "--force", "--json"], cwd=REPO, capture_output=True, text=True)
+    wall = time.monotonic() - t
+    if r.returncode:
+        print(f"  FAILED: {r.stderr.strip()[-300:]}")
+        return
+    c = json.loads(r.stdout)
+    for n, rate in c["rates_bps"].items():
+        print(f"  {n:>2} senders: faithful {int(rate) / 1e6:g} Mbit/s "
+              f"(highest passing {int(c['highest_passing_bps'][n]) / 1e6:g})")
+    print(f"  {len(c['trials'])} runs in {wall:.0f} s; qdisc timer late p99 {c['timer_late_us_p99']} us, "
+          f"backlogged dequeues late p99 {c['dequeue_lateness_us_p99']} us, {c['cpu_us_per_packet']} us CPU/packet")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-sweep", action="store_true")
-    ap.add_argument("--only", choices=["one", "scale", "telemetry", "sweep", "bmv2"])
+    ap.add_argument("--only", choices=["one", "scale", "telemetry", "sweep", "bmv2", "calibrate"])
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="incast-bench-") as d:
         tmp = Path(d)
         steps = {"one": one_sender, "scale": build_scale, "telemetry": telemetry_cost, "sweep": readme_sweep,
-                 "bmv2": bmv2_pps}
+                 "bmv2": bmv2_pps, "calibrate": calibration}
         for name, step in steps.items():
             if args.only and name != args.only:
                 continue
