@@ -1,11 +1,9 @@
 """Every run measures its own fidelity; calibration finds the rate this machine holds."""
-import json
-
 import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import faithful_rate_bps, incast_cmd, needs_root, run_json
+from conftest import incast_cmd, needs_root
 from incast import fidelity
 from incast.plots import plot_sweep
 from incast.sweep import flat_summary
@@ -50,7 +48,7 @@ def test_a_brief_stall_does_not_unmake_a_run():
 
 
 @pytest.mark.parametrize("kw, reason", [
-    ({"cpu": {"cpu_busy": 0.99}}, "CPUs saturated"),
+    ({"cpu": {"cpu_busy": 0.6, "cpu_busy_max": 0.99}}, "a CPU saturated"),
     ({"backlog_drops": 3}, "3 packets dropped by full CPU input backlogs"),
     ({"monitored": False}, "link rates not measured"),
     ({"warnings": ["warning: the switch fell behind: 10 packets waited"]}, "the switch fell behind"),
@@ -82,37 +80,6 @@ def test_the_flag_survives_into_sweep_rows_and_plots(tmp_path):
 
 
 # --- on this machine -------------------------------------------------------------------
-
-@needs_root
-@pytest.mark.network
-def test_a_run_above_the_faithful_rate_is_flagged(tmp_path, no_leftovers):
-    # 20 Gbit/s of 1500-byte frames through veth, a bridge and two token buckets per
-    # packet: no machine of today emulates it.
-    r = incast_cmd("run", "--senders", "1", "--link-rate", "20Gbit", "--sru", "4MiB", "--blocks", "5",
-                   "--buffer", "256KiB", "--out", tmp_path / "run", "--json")
-    assert r.returncode == 0, r.stderr
-    s = json.loads(r.stdout.strip().splitlines()[-1])
-    assert s["fidelity"]["ok"] is False
-    assert any("served at" in x for x in s["fidelity"]["reasons"]), s["fidelity"]
-    assert "warning: not faithful:" in r.stderr
-    links = pd.read_parquet(tmp_path / "run" / "links.parquet")
-    assert (links["service_ratio"].dropna() < fidelity.MIN_SERVICE_RATIO).any()
-
-
-@needs_root
-@pytest.mark.network
-def test_one_sender_at_the_calibrated_rate_reaches_93_percent(tmp_path, no_leftovers):
-    s = None
-    for attempt in range(3):        # a run the machine stalled is flagged; measure again
-        s = run_json("--senders", "1", "--link-rate", "auto", "--sru", "4MiB", "--blocks", "8",
-                     "--buffer", "64KiB", "--out", tmp_path / f"run{attempt}")
-        if s["fidelity"]["ok"]:
-            break
-    assert s["fidelity"]["ok"], s["fidelity"]
-    assert s["link_rate_auto"] is True
-    assert s["link_mbps"] * 1e6 == faithful_rate_bps(1)
-    assert s["goodput_mbps"] >= 0.93 * s["link_mbps"], s
-
 
 @needs_root
 @pytest.mark.network
