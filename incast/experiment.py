@@ -28,7 +28,7 @@ import pandas as pd
 from . import dataplane as dataplanes
 from . import fidelity, hostconfig, resources
 from .probe import Features, probe, require
-from .results import ResultsDir, one_line, summarize
+from .results import ResultsDir, measured_seconds, one_line, summarize
 from .scenario import Scenario, to_toml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -407,7 +407,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
     summary["fidelity"] = fidelity.assess(
         link_table.to_dict("records") if link_table is not None else [], monitored.get("watchdog"),
         fidelity.cpu_use(cpu_before, cpu_after), backlog_drops, health_warnings, bool(monitored),
-        measured_ms=float((blocks.groupby("rep")["end_us"].max() - blocks.groupby("rep")["start_us"].min()).sum()) / 1000)
+        measured_ms=measured_seconds(blocks) * 1000)
     if not summary["fidelity"]["ok"]:
         log(fidelity.warning_line(summary["fidelity"]))
     if link_table is not None:

@@ -80,14 +80,18 @@ def is_complete(run_dir: Path) -> bool:
     return (Path(run_dir) / "summary.json").is_file() and not Path(run_dir).name.endswith(".incomplete")
 
 
+def measured_seconds(blocks: pd.DataFrame) -> float:
+    """Wall time of the measured blocks: first start to last end, summed over repetitions."""
+    spans = blocks.groupby("rep").agg(start=("start_us", "min"), end=("end_us", "max"))
+    return float((spans["end"] - spans["start"]).sum()) / 1e6
+
+
 def summarize(blocks: pd.DataFrame, counters: pd.DataFrame, queues: pd.DataFrame,
               telemetry: pd.DataFrame | None, telemetry_lost: int | None,
               link_rate: int, senders: int, bottleneck_port: str) -> dict:
     """The run's summary from its tables; the same code for every data plane."""
-    spans = blocks.groupby("rep").agg(start=("start_us", "min"), end=("end_us", "max"),
-                                      nbytes=("bytes", "sum"))
-    seconds = float((spans["end"] - spans["start"]).sum()) / 1e6
-    goodput = float(spans["nbytes"].sum()) * 8 / seconds / 1e6 if seconds > 0 else 0.0
+    seconds = measured_seconds(blocks)
+    goodput = float(blocks["bytes"].sum()) * 8 / seconds / 1e6 if seconds > 0 else 0.0
     dur = blocks["duration_ms"]
     out = {
         "goodput_mbps": round(goodput, 3),
