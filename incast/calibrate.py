@@ -113,7 +113,7 @@ def _trial(senders: int, mbps: int, workdir: Path) -> dict:
     s = _trial_scenario(senders, mbps)
     out = workdir / s.name
     t = time.monotonic()
-    summary = run(s, out).summary
+    summary = run(s, out, calibrating=True).summary
     f = summary["fidelity"]
     need = ONE_SENDER_GOODPUT if senders == 1 else MANY_SENDER_GOODPUT
     share = summary["goodput_mbps"] / summary["link_mbps"]

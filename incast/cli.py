@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -211,6 +212,10 @@ def main(argv=None) -> int:
     except MissingFeature as e:
         print(f"incast: missing: {e}", file=sys.stderr)
         return EXIT_MISSING
+    except BrokenPipeError:
+        # The reader went away (`incast probe | head -1`): not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("incast: interrupted; everything the run created was removed", file=sys.stderr)
         return 130

@@ -102,6 +102,22 @@ def resolve_auto_rate(scenario: Scenario, log=lambda msg: None, senders: int | N
     return scenario.model_copy(update={"link": scenario.link.model_copy(update={"rate": rate})})
 
 
+def calibrated_rate(scenario: Scenario) -> int | None:
+    """bit/s this machine's cached calibration found faithful for the scenario's senders;
+    None where there is none or it does not apply (calibration measures the linux data
+    plane; bmv2 reports its own health)."""
+    if scenario.dataplane != "linux":
+        return None
+    from . import calibrate
+    c = calibrate.cached()
+    if c is None:
+        return None
+    try:
+        return calibrate.faithful_rate(c, scenario.topology.senders)
+    except RuntimeError:
+        return 0
+
+
 @dataclass
 class Outcome:
     run_dir: Path
@@ -215,8 +231,10 @@ def run_in_vm(scenario: Scenario, out: Path, log=lambda msg: None) -> Outcome:
     return Outcome(run_dir=out, summary=summary)
 
 
-def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> Outcome:
-    """Run a validated scenario; write its results directory at out."""
+def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None,
+        calibrating: bool = False) -> Outcome:
+    """Run a validated scenario; write its results directory at out. calibrating: a
+    calibration trial (not judged against the calibration it is making)."""
     if scenario.kernel != "host":
         return run_in_vm(scenario, out, log)
     auto_rate = scenario.link.rate == "auto"
@@ -404,10 +422,15 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None) -> O
         log(f"warning: {backlog_drops} packets dropped by full CPU input backlogs, not by the "
             "switch (raise net.core.netdev_max_backlog)")
     link_table = pd.DataFrame(fidelity.link_rows(links, monitored)) if monitored else None
+    faithful_bps = None if calibrating else calibrated_rate(scenario)
+    if faithful_bps is None and not calibrating and scenario.dataplane == "linux":
+        log("note: this machine is not calibrated, so the run cannot say whether its link rate is "
+            "one the machine holds (incast calibrate, under a minute, once)")
     summary["fidelity"] = fidelity.assess(
         link_table.to_dict("records") if link_table is not None else [], monitored.get("watchdog"),
         fidelity.cpu_use(cpu_before, cpu_after), backlog_drops, health_warnings, bool(monitored),
-        measured_ms=measured_seconds(blocks) * 1000)
+        measured_ms=measured_seconds(blocks) * 1000, rate_bps=scenario.link.rate,
+        faithful_bps=faithful_bps, senders=scenario.topology.senders)
     if not summary["fidelity"]["ok"]:
         log(fidelity.warning_line(summary["fidelity"]))
     if link_table is not None:

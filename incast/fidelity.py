@@ -205,9 +205,20 @@ def cpu_use(before: list[list[int]] | None, after: list[list[int]] | None) -> di
 
 
 def assess(rows: list[dict], watchdog: dict | None, cpu: dict, backlog_drops: int,
-           dataplane_warnings: list[str], monitored: bool, measured_ms: float) -> dict:
-    """The summary's fidelity object. measured_ms: wall time of the measured blocks."""
+           dataplane_warnings: list[str], monitored: bool, measured_ms: float,
+           rate_bps: int | None = None, faithful_bps: int | None = None, senders: int = 1) -> dict:
+    """The summary's fidelity object. measured_ms: wall time of the measured blocks;
+    faithful_bps: the rate calibration found faithful here for this many senders (None:
+    not calibrated, or not applicable to this data plane)."""
     reasons = []
+    if faithful_bps is not None and rate_bps is not None and rate_bps > faithful_bps:
+        # Measured, not assumed: above this rate calibration saw the machine fall short
+        # for this many senders. A link too fast for the CPU may never backlog, so the
+        # run's own link measurements alone cannot always tell (20 Gbit/s: no queue, 2
+        # Gbit/s of goodput, CPUs at 75%).
+        reasons.append(f"link rate {rate_bps / 1e6:g} Mbit/s is above this machine's faithful rate "
+                       f"for {senders} sender{'s' if senders != 1 else ''}, {faithful_bps / 1e6:g} Mbit/s "
+                       "(incast calibrate)")
     judged = [dict(r) for r in rows
               if r["service_ratio"] is not None and r["busy_packets"] >= MIN_BUSY_PACKETS]
     # Host NICs together too: with many servers each carries too little to judge alone.
@@ -251,6 +262,7 @@ def assess(rows: list[dict], watchdog: dict | None, cpu: dict, backlog_drops: in
         "max_deficit_share": round(max((r["deficit_ms"] for r in judged), default=0.0) / measured_ms, 4)
         if measured_ms > 0 else None,
         "links_judged": len(judged),
+        "faithful_rate_mbps": faithful_bps / 1e6 if faithful_bps is not None else None,
         **late,
         **cpu,
         "backlog_drops": backlog_drops,

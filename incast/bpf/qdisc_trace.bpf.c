@@ -397,6 +397,14 @@ static __always_inline int on_dequeue(bool btf, struct Qdisc *q, __u64 qdev,
 			items[i].trk_len = sv->len;
 			items[i].cls = sv->cls;
 			bpf_map_delete_elem(&skbs, &key);
+			/* The whole chain leaves the counters before pass 2 reads them,
+			 * as it has already left the kernel's. */
+			struct occ_key k = { .ifindex = ifindex, .cls = sv->cls };
+			struct occ_val *o = occ_get(&k);
+			if (o) {
+				o->packets -= 1;
+				o->bytes -= sv->len;
+			}
 		}
 		n = i + 1;
 		s = LD(btf, s->next, s, next);
@@ -406,8 +414,8 @@ static __always_inline int on_dequeue(bool btf, struct Qdisc *q, __u64 qdev,
 		stat_add(QT_STAT_TRUNC_PKTS, packets - QT_MAX_BULK);
 	}
 
-	/* Pass 2, backwards: the kernel's counters already reflect the whole chain; the
-	 * state just after skb i left adds back the skbs behind it. */
+	/* Pass 2, backwards: the kernel's counters (and ours) already reflect the whole
+	 * chain; the state just after skb i left adds back the skbs behind it. */
 	__s32 all_p[MAX_CLASSES] = {}, all_b[MAX_CLASSES] = {};
 	__s32 trk_p[MAX_CLASSES] = {}, trk_b[MAX_CLASSES] = {};
 	__u32 rest_p = 0, rest_b = 0;
@@ -419,11 +427,7 @@ static __always_inline int on_dequeue(bool btf, struct Qdisc *q, __u64 qdev,
 		items[i].port_bytes = backlog + rest_b;
 		if (items[i].tracked) {
 			struct occ_key k = { .ifindex = ifindex, .cls = c };
-			struct occ_val *o = occ_get(&k);
-			if (o) {
-				o->packets -= 1;
-				o->bytes -= items[i].trk_len;
-			}
+			struct occ_val *o = bpf_map_lookup_elem(&occ, &k);
 			__u64 leaf = leaf_occ(qdev, ifindex, c);
 			if (leaf != NO_LEAF) {
 				items[i].pkts = (__s32)(leaf >> 32) + all_p[c];
