@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -58,7 +59,8 @@ def plot_sweep(table: pd.DataFrame, out: Path, title: str = "", axes: list[str] 
         ax.set_ylim(0, link * 1.02)
     ax.set_xlabel("number of servers")
     ax.set_ylabel("goodput (Mbit/s)")
-    ax.set_title(title or "incast goodput")
+    # Wrapped: a title naming the rate and why it was chosen is longer than the axes.
+    ax.set_title(textwrap.fill(title or "incast goodput", 80), fontsize="medium")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -140,7 +142,7 @@ def plot_queue(run_dir: Path, port: str | None = None, out: Path | None = None) 
     f = summary.get("fidelity")
     if f and not f["ok"]:
         title += "\nNOT FAITHFUL: " + "; ".join(f["reasons"])
-    ax.set_title(title, color="black" if not f or f["ok"] else "darkred")
+    ax.set_title("\n".join(textwrap.fill(line, 90) for line in title.split("\n")), fontsize="medium", color="black" if not f or f["ok"] else "darkred")
     ax.legend(loc="upper right", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
