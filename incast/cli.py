@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from . import scenario as scn
+from .dataplane import REGISTRY
 
 EXIT_USAGE, EXIT_MISSING, EXIT_FAILED = 2, 3, 1
 
@@ -38,7 +39,7 @@ RUN_FLAGS = [
     ("--sack", "sack", "on | off"),
     ("--dupack-threshold", "dupack_threshold", "duplicate ACKs before fast retransmit"),
     ("--initcwnd", "initcwnd", "initial congestion window, segments"),
-    ("--switch", "switch", "data plane: linux (kernel bridge + tc) or bmv2 (p4src/incast.p4)"),
+    ("--switch", "switch", "data plane: " + ", ".join(f"{n} ({e.help})" for n, e in REGISTRY.items())),
     ("--kernel", "kernel", "host (this machine's), or stock|hrtimer: inside a VM (kernels/build.sh)"),
     ("--rto-random-pct", "rto_random_pct", "hrtimer kernel: RTO + rand(pct)*RTO"),
     ("--delack-us", "delack_us", "hrtimer kernel: delayed-ACK timeout in us"),
@@ -95,7 +96,7 @@ def cmd_run(args) -> int:
     data, overrides = scenario_from_args(args)
     scenario = scn.build(data, overrides)
     out = Path(args.out) if args.out else default_out(scenario)
-    if out.exists():
+    if args.out and out.exists():
         raise scn.ScenarioError(f"--out {out}: exists; choose another directory")
     bar = None
     if not args.json and sys.stderr.isatty():
@@ -106,7 +107,9 @@ def cmd_run(args) -> int:
         if args.verbose or message.startswith("warning:"):
             print(message, file=sys.stderr)
     try:
-        outcome = run(scenario, out, progress=bar.update if bar else None, log=log)
+        # A default name is made unique (two runs in the same second); --out is the user's.
+        outcome = run(scenario, out, progress=bar.update if bar else None, log=log,
+                      unique_out=not args.out)
     finally:
         if bar:
             bar.close()
@@ -202,11 +205,11 @@ def cmd_calibrate(args) -> int:
 
 def main(argv=None) -> int:
     from .probe import MissingFeature
-    from .results import ResultsExist
+    from .results import OutputUnusable, ResultsExist
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
-    except (UsageError, scn.ScenarioError, ResultsExist) as e:
+    except (UsageError, scn.ScenarioError, ResultsExist, OutputUnusable) as e:
         print(f"incast: {e}", file=sys.stderr)
         return EXIT_USAGE
     except MissingFeature as e:

@@ -106,7 +106,7 @@ def calibrated_rate(scenario: Scenario) -> int | None:
     """bit/s this machine's cached calibration found faithful for the scenario's senders;
     None where there is none or it does not apply (calibration measures the linux data
     plane; bmv2 reports its own health)."""
-    if scenario.dataplane != "linux":
+    if not dataplanes.REGISTRY[scenario.dataplane].calibrated:
         return None
     from . import calibrate
     c = calibrate.cached()
@@ -193,7 +193,7 @@ def watched_links(net, dp, scenario, world_inode: int) -> list[fidelity.WatchedL
     return links
 
 
-def run_in_vm(scenario: Scenario, out: Path, log=lambda msg: None) -> Outcome:
+def run_in_vm(scenario: Scenario, out: Path, log=lambda msg: None, unique_out: bool = False) -> Outcome:
     """Run the scenario inside a VM booted with the stock or hrtimer kernel: the same
     code, on the machine's root shared read-only; the results come back through the
     VM's writable share and land at out like any run's."""
@@ -203,16 +203,14 @@ def run_in_vm(scenario: Scenario, out: Path, log=lambda msg: None) -> Outcome:
         sys.path.insert(0, str(REPO))
     from hosts.vm import qemu
     from .probe import MissingFeature
-    from .results import ResultsExist
-    out = Path(out)
-    if out.exists():
-        raise ResultsExist(f"{out} exists; choose another --out")
+    from .results import Claim
     if qemu.qemu_binary() is None:
         raise MissingFeature("--kernel needs qemu-system-x86_64 (Debian package qemu-system-x86)")
     if qemu.kernel_dir(scenario.kernel) is None:
         raise MissingFeature(f"the {scenario.kernel} kernel is not built for the current inputs: run kernels/build.sh")
     inner = scenario.model_copy(update={"kernel": "host"})
-    out.parent.mkdir(parents=True, exist_ok=True)
+    claim = Claim(out, unique_out)
+    out = claim.final
     with tempfile.TemporaryDirectory(prefix=".incast-vm-", dir=out.parent) as tmp:
         Path(tmp, "scenario.toml").write_text(to_toml(inner))
         log(f"booting the {scenario.kernel} kernel")
@@ -222,7 +220,9 @@ def run_in_vm(scenario: Scenario, out: Path, log=lambda msg: None) -> Outcome:
             lines = [ln for ln in (r.output or "").strip().splitlines() if ln.startswith("incast:")]
             why = lines[-1] if lines else ("timed out" if r.timed_out else f"exit status {r.returncode}")
             raise RunFailed(f"the run in the {scenario.kernel} VM failed: {why}")
-        shutil.move(str(Path(tmp, "run")), str(out))
+        for item in Path(tmp, "run").iterdir():
+            shutil.move(str(item), str(claim.path / item.name))
+    claim.finalize()
     summary = json.loads((out / "summary.json").read_text())
     summary.update({"kernel": scenario.kernel, "run_dir": str(out)})
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -232,18 +232,23 @@ def run_in_vm(scenario: Scenario, out: Path, log=lambda msg: None) -> Outcome:
 
 
 def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None,
-        calibrating: bool = False) -> Outcome:
-    """Run a validated scenario; write its results directory at out. calibrating: a
-    calibration trial (not judged against the calibration it is making)."""
+        calibrating: bool = False, unique_out: bool = False) -> Outcome:
+    """Run a validated scenario; write its results directory at out (unique_out: or
+    at out-2, out-3... if another run has it). calibrating: a calibration trial (not
+    judged against the calibration it is making)."""
     if scenario.kernel != "host":
-        return run_in_vm(scenario, out, log)
+        return run_in_vm(scenario, out, log, unique_out)
     auto_rate = scenario.link.rate == "auto"
-    scenario = resolve_auto_rate(scenario, log)
-    features = probe()
-    for note in require(features, scenario):
-        log(note)
-    rto_min_us = resolve_rto_min(scenario, features)
-    results = ResultsDir(out)
+    results = ResultsDir(out, unique=unique_out)     # the output location first: exit 2, nothing built
+    try:
+        scenario = resolve_auto_rate(scenario, log)
+        features = probe()
+        for note in require(features, scenario):
+            log(note)
+        rto_min_us = resolve_rto_min(scenario, features)
+    except BaseException:
+        results.claim.abandon()
+        raise
     results.write_text("scenario.toml", to_toml(scenario))
     env = environment(features, scenario, rto_min_us)
     results.write_json("environment.json", env)
@@ -274,10 +279,8 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None,
         res.name_host_netns({h.name: h.pid for h in net.hosts})
         hostconfig.configure_hosts(net.hosts, scenario, rto_min_us, features)
         dp.configure(net, topo)
-        if hasattr(dp, "tc_script"):
-            results.write_text("switch.tc", dp.tc_script)
-        if hasattr(dp, "cli_script"):
-            results.write_text("switch.cli", dp.cli_script)
+        for name, text in dp.artifacts().items():
+            results.write_text(name, text)
         build_s = time.monotonic() - t_build
         log(f"network of {len(net.hosts)} hosts built in {build_s:.1f} s ({res.token})")
 
@@ -423,9 +426,9 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None,
             "switch (raise net.core.netdev_max_backlog)")
     link_table = pd.DataFrame(fidelity.link_rows(links, monitored)) if monitored else None
     faithful_bps = None if calibrating else calibrated_rate(scenario)
-    if faithful_bps is None and not calibrating and scenario.dataplane == "linux":
-        log("note: this machine is not calibrated, so the run cannot say whether its link rate is "
-            "one the machine holds (incast calibrate, under a minute, once)")
+    if faithful_bps is None and not calibrating and dataplanes.REGISTRY[scenario.dataplane].calibrated:
+        log("warning: this machine is not calibrated, so the run cannot say whether its link rate "
+            "is one the machine holds (incast calibrate: under a minute, once)")
     summary["fidelity"] = fidelity.assess(
         link_table.to_dict("records") if link_table is not None else [], monitored.get("watchdog"),
         fidelity.cpu_use(cpu_before, cpu_after), backlog_drops, health_warnings, bool(monitored),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 
+from . import dataplane as dataplanes
 from .dataplane.linux import WIRE_OVERHEAD, htb_burst, offloads_off_commands
 from .results import RTO_COUNTERS
 from .scenario import ETH_HLEN
@@ -148,7 +149,8 @@ def host_script(host, scenario, rto_min_us: int, features) -> str:
         offloads_off_commands(intf) + " || true",
         # A software switch (bmv2) forwards frames as they are: checksums must be
         # complete when they leave the host, not left to a NIC that veth does not have.
-        *([f"ethtool -K {intf} tx off >/dev/null 2>&1 || true"] if scenario.dataplane == "bmv2" else []),
+        *([f"ethtool -K {intf} tx off >/dev/null 2>&1 || true"]
+          if dataplanes.REGISTRY[scenario.dataplane].host_tx_checksum else []),
         *nic_tc_commands(intf, scenario, features),
     ]
     if metrics:

@@ -196,24 +196,19 @@ def probe() -> Features:
 
 
 def require(features: Features, scenario) -> list[str]:
-    """Raise MissingFeature naming what the scenario needs and the kernel lacks.
+    """Raise MissingFeature naming what the scenario needs and the machine lacks: the
+    hosts' needs here, the data plane's from its own require().
 
     Returns notes worth telling the user (e.g. rto_min rounding)."""
-    notes = []
-    for qd in ("htb", "bfifo", "pfifo"):
-        if not features.qdiscs.get(qd):
-            raise MissingFeature(f"the kernel lacks the {qd} qdisc (CONFIG_NET_SCH_{qd.upper()}), needed for switch queues")
+    from . import dataplane
+    notes = dataplane.get(scenario.dataplane).require(features, scenario)
+    if not features.qdiscs.get("tbf"):
+        raise MissingFeature("the kernel lacks the tbf qdisc (CONFIG_NET_SCH_TBF), which paces every host's NIC")
     if scenario.link.needs_netem and not features.qdiscs.get("netem"):
         raise MissingFeature("link.delay/jitter/loss need the netem qdisc, which this kernel lacks (CONFIG_NET_SCH_NETEM)")
-    if scenario.switch.qos.queues > 1 and not features.u32:
-        raise MissingFeature("QoS partitioning needs the tc u32 classifier (CONFIG_NET_CLS_U32)")
     cc = scenario.tcp.cc
     if cc not in features.cc_available:
         raise MissingFeature(f"tcp.cc {cc!r} is not available in this kernel (available: {' '.join(features.cc_available)})")
-    if scenario.telemetry.enabled:
-        ok, why = features.telemetry_ok()
-        if not ok:
-            raise MissingFeature("telemetry: " + why)
     t = scenario.tcp
     if (t.hrtimer_rto or t.rto_random_pct or t.delack_us) and not features.hrtimer_rto:
         raise MissingFeature("tcp.hrtimer_rto/rto_random_pct/delack_us need the hrtimer kernel "

@@ -19,6 +19,7 @@ Every table loads with one line: ``pd.read_parquet("RUN/blocks.parquet")``.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -42,15 +43,91 @@ class ResultsExist(FileExistsError):
     pass
 
 
+class OutputUnusable(OSError):
+    """The output location cannot be written (a file in the way, no permission)."""
+
+
+class Claim:
+    """Exclusive use of a results location while it is being written.
+
+    The work goes into ``.<name>.incomplete`` next to the final path, holding an
+    exclusive lock (flock) on its ``.lock`` file for as long as the writer lives. A
+    second writer aiming at the same place finds the lock held and, with unique=True
+    (default names, which two runs started in the same second share), takes the next
+    name (``<name>-2``, ...), else stops with ResultsExist. A work directory whose lock
+    nobody holds was left by a killed run and is reused. The lock dies with its process,
+    so no stale claim survives a SIGKILL."""
+
+    def __init__(self, final: Path, unique: bool = False):
+        final = Path(final)
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputUnusable(f"{final}: cannot create {final.parent}: {e.strerror}") from None
+        for n in range(1, 1000):
+            candidate = final if n == 1 else final.with_name(f"{final.name}-{n}")
+            if not candidate.exists():
+                work = candidate.parent / f".{candidate.name}.incomplete"
+                lock = self._lock(work)
+                if lock is not None:
+                    if not candidate.exists():
+                        self.final, self.path, self._lock_fd = candidate, work, lock
+                        return
+                    os.close(lock)
+            if not unique:
+                raise ResultsExist(f"{final} exists or another run is writing it; choose another --out")
+        raise ResultsExist(f"{final}: 999 runs with this name; choose another --out")
+
+    @staticmethod
+    def _lock(work: Path) -> int | None:
+        """The lock fd if this process now owns work (emptied), else None."""
+        try:
+            work.mkdir()
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise OutputUnusable(f"{work.parent}: cannot write: {e.strerror}") from None
+        try:
+            fd = os.open(work / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:       # another claimant removed a stale work dir just now
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        if not (work / ".lock").exists() or os.stat(work / ".lock").st_ino != os.fstat(fd).st_ino:
+            os.close(fd)                # locked a file that was replaced meanwhile
+            return None
+        for child in work.iterdir():    # what a killed run left
+            if child.name != ".lock":
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        return fd
+
+    def finalize(self) -> Path:
+        # Renamed first: a claimant that opens the lock from now on finds no work dir.
+        os.replace(self.path, self.final)
+        (self.final / ".lock").unlink()
+        self.release()
+        return self.final
+
+    def abandon(self) -> None:
+        """Nothing was written that is worth keeping: remove the work directory."""
+        shutil.rmtree(self.path, ignore_errors=True)
+        self.release()
+
+    def release(self) -> None:
+        if getattr(self, "_lock_fd", None) is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    __del__ = release
+
+
 class ResultsDir:
-    def __init__(self, final: Path):
-        self.final = Path(final)
-        if self.final.exists():
-            raise ResultsExist(f"{self.final} exists; choose another --out")
-        self.path = self.final.parent / f".{self.final.name}.incomplete"
-        if self.path.exists():
-            shutil.rmtree(self.path)
-        self.path.mkdir(parents=True)
+    def __init__(self, final: Path, unique: bool = False):
+        self.claim = Claim(final, unique)
+        self.final, self.path = self.claim.final, self.claim.path
 
     def write_text(self, name: str, text: str) -> None:
         (self.path / name).write_text(text)
@@ -62,8 +139,7 @@ class ResultsDir:
         df.to_parquet(self.path / name, index=False)
 
     def finalize(self) -> Path:
-        os.replace(self.path, self.final)
-        return self.final
+        return self.claim.finalize()
 
 
 def _json_default(o):

@@ -282,7 +282,7 @@ class Telemetry(_Model):
 
 class Scenario(_Model):
     name: str = Field("incast", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-    dataplane: Literal["linux", "bmv2"] = "linux"
+    dataplane: str = "linux"                    # a name in incast.dataplane.REGISTRY
     kernel: Literal["host", "stock", "hrtimer"] = "host"
     topology: Topology = Topology()
     link: Link = Link()
@@ -291,14 +291,29 @@ class Scenario(_Model):
     workload: Workload = Workload()
     telemetry: Telemetry = Telemetry()
 
+    @field_validator("dataplane")
+    @classmethod
+    def _known_dataplane(cls, v):
+        from .dataplane import REGISTRY
+        if v not in REGISTRY:
+            raise ValueError(f"unknown data plane {v!r}; one of: {', '.join(REGISTRY)}")
+        return v
+
     @model_validator(mode="after")
     def _fits(self):
+        from .dataplane import REGISTRY
         self.switch.class_limits(self.link.mtu)   # raises with a clear message
-        if self.link.rate == "auto" and self.dataplane != "linux":
-            raise ValueError("link.rate auto is calibrated on the linux data plane; give the "
-                             f"{self.dataplane} data plane an explicit rate")
-        if self.switch.pause.enabled and self.dataplane != "bmv2":
-            raise ValueError("switch.pause needs dataplane bmv2 (a Linux bridge sends no PAUSE frames)")
+        plane = REGISTRY[self.dataplane]
+        can = list(REGISTRY)
+        if self.link.rate == "auto" and not plane.calibrated:
+            raise ValueError(f"link.rate auto: the {self.dataplane} data plane is not calibrated (only "
+                             f"{', '.join(n for n in can if REGISTRY[n].calibrated)}); give it an explicit rate")
+        if self.switch.pause.enabled and not plane.pause:
+            raise ValueError(f"switch.pause: the {self.dataplane} data plane sends no PAUSE frames "
+                             f"(use dataplane {' or '.join(n for n in can if REGISTRY[n].pause)})")
+        if self.switch.buffer_packets is not None and not plane.packet_buffers:
+            raise ValueError(f"switch.buffer_packets: the {self.dataplane} data plane limits its queues "
+                             "in bytes; give switch.buffer")
         if self.workload.kind == "fixed-block" and self.workload.block < self.topology.senders:
             raise ValueError("workload.block is smaller than one byte per server")
         return self

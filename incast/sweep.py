@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import sys
 import time
 import tomllib
@@ -25,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import scenario as scn
+from .results import Claim
 
 
 def parse_grid(items: list[str], file_grid: dict | None = None) -> dict[str, list]:
@@ -106,16 +106,17 @@ def cmd_sweep(args) -> int:
         file_grid = tomllib.loads(Path(args.scenario_file).read_text()).get("sweep")
     grid = parse_grid(args.grid, file_grid)
     points = expand(data, overrides, grid)
-    final = Path(args.out) if args.out else Path("results") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
-    if final.exists():
-        raise scn.ScenarioError(f"--out {final}: exists; choose another directory")
-    work = final.parent / f".{final.name}.incomplete"
-    (work / "runs").mkdir(parents=True, exist_ok=True)
-    (work / "sweep.json").write_text(json.dumps({"grid": grid, "base": data, "overrides": overrides}, indent=2))
-
     repeats = args.repeat
     if repeats < 1:
         raise scn.ScenarioError("--repeat: at least 1")
+    final = Path(args.out) if args.out else Path("results") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.out and final.exists():
+        raise scn.ScenarioError(f"--out {final}: exists; choose another directory")
+    # A default name is made unique (two sweeps in the same second); --out is the user's.
+    claim = Claim(final, unique=not args.out)
+    final, work = claim.final, claim.path
+    (work / "runs").mkdir()
+    (work / "sweep.json").write_text(json.dumps({"grid": grid, "base": data, "overrides": overrides}, indent=2))
     points, auto_note = _resolve_auto(points, resolve_auto_rate, lambda m: print(m, file=sys.stderr))
     # Each repetition is a run of its own (a fresh network), with its own seed.
     points = [({**values, "repeat": r}, s if r == 0 else s.model_copy(
@@ -150,7 +151,7 @@ def cmd_sweep(args) -> int:
         varied = {scn.DESCRIBE_PART.get(scn.resolve_field(n)) for n in grid} | {"senders"}
         plot_sweep(table, work / "goodput.png", title=points[0][1].describe(omit=varied) + auto_note,
                    axes=[n.split(".")[-1] for n in grid])   # repeats become error bars
-    os.replace(work, final)
+    claim.finalize()
     # Paths inside the table now point at the final location.
     elapsed = time.monotonic() - t_start
     print(f"{len(rows) - failures}/{len(rows)} runs in {elapsed:.0f} s -> {final}/sweep.parquet, {final}/goodput.png")

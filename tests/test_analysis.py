@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from incast.plots import idle_gaps, plot_sweep
-from incast.results import ResultsDir, ResultsExist, is_complete, one_line, summarize
+from incast.results import Claim, ResultsDir, ResultsExist, is_complete, one_line, summarize
 from incast.telemetry import COLUMNS, _ip_key, bpftrace_program, decode_raw
 
 
@@ -88,6 +88,29 @@ def test_results_dir_is_renamed_only_when_complete(tmp_path):
     assert is_complete(final) and json.loads((final / "summary.json").read_text())["n"] == 3
     with pytest.raises(ResultsExist):
         ResultsDir(final)
+
+
+def test_a_results_location_has_one_writer(tmp_path):
+    first = Claim(tmp_path / "run")
+    with pytest.raises(ResultsExist, match="another run is writing it"):
+        Claim(tmp_path / "run")                       # --out: the user's name, refused
+    second = Claim(tmp_path / "run", unique=True)     # a default name: the next one
+    assert second.final == tmp_path / "run-2" and second.path.name == ".run-2.incomplete"
+    (first.path / "summary.json").write_text("{}")
+    assert first.finalize() == tmp_path / "run" and not (tmp_path / "run" / ".lock").exists()
+    assert second.finalize().is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run-2"]
+
+
+def test_a_killed_runs_work_directory_is_reused(tmp_path):
+    left = tmp_path / ".run.incomplete"
+    left.mkdir()
+    (left / ".lock").touch()                          # nobody holds it: its run is gone
+    (left / "blocks.parquet").write_text("half")
+    c = Claim(tmp_path / "run")
+    assert c.path == left and [p.name for p in left.iterdir()] == [".lock"]
+    c.abandon()
+    assert not left.exists()
 
 
 def test_sweep_plot(tmp_path):

@@ -65,6 +65,32 @@ def test_existing_out_is_refused(tmp_path, no_leftovers):
     assert r.returncode == 2 and "exists" in r.stderr
 
 
+@needs_root
+def test_an_unusable_output_location_exits_2(tmp_path, no_leftovers):
+    (tmp_path / "file").write_text("")
+    r = incast_cmd("run", "--senders", "1", "--out", tmp_path / "file" / "run")
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "cannot create" in r.stderr
+
+
+@needs_root
+def test_two_runs_started_at_once_both_complete(tmp_path, no_leftovers):
+    # Default results names come from the time of day: two runs in the same second
+    # share one, and must still each get their own directory.
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "incast", "run", "--senders", "2", "--blocks", "3", "--sru", "64KiB",
+           "--link-rate", "100Mbit", "--json"]
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    dirs = {json.loads(o.strip().splitlines()[-1])["run_dir"] for o, _ in outs}
+    assert len(dirs) == 2
+    for d in dirs:
+        assert (tmp_path / d / "summary.json").is_file() or Path(d, "summary.json").is_file()
+    assert not [p for p in (tmp_path / "results").iterdir() if p.name.startswith(".")]
+
+
 def start_endless_run(out, senders):
     """A run that would go on for hours, returned once it says its network is built."""
     proc = subprocess.Popen([sys.executable, "-m", "incast", "run", "--senders", str(senders), "--blocks",

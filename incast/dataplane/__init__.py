@@ -7,10 +7,33 @@ care which one ran.
 """
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import pandas as pd
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What the scenario and the CLI need to know of a data plane without loading it
+    (its module imports Mininet)."""
+    module: str
+    cls: str
+    help: str
+    pause: bool = False             # sends 802.3x PAUSE to the hosts
+    packet_buffers: bool = True     # switch.buffer_packets (queues limited in packets)
+    calibrated: bool = False        # incast calibrate measures it (link.rate auto)
+    host_tx_checksum: bool = False  # hosts must complete checksums (a software switch forwards frames as they are)
+
+
+# The one place a data plane is registered: the factory, the scenario's allowed values
+# and the CLI help all read it.
+REGISTRY: dict[str, Entry] = {
+    "linux": Entry("incast.dataplane.linux", "LinuxDataPlane", "kernel bridge + tc", calibrated=True),
+    "bmv2": Entry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True,
+                  packet_buffers=False, host_tx_checksum=True),
+}
 
 
 @dataclass(frozen=True)
@@ -29,6 +52,13 @@ class DataPlane(ABC):
         self.scenario = scenario
         self.features = features
         self.ports: list[Port] = []
+        self.log_dir = None         # where the switches write their logs (the run's directory)
+
+    @classmethod
+    def require(cls, features, scenario) -> list[str]:
+        """Raise MissingFeature naming what this data plane needs for the scenario and the
+        machine lacks; return notes worth telling the user. Checked before anything is built."""
+        return []
 
     @abstractmethod
     def switch_class(self):
@@ -53,6 +83,15 @@ class DataPlane(ABC):
         summary fields and warnings (none by default)."""
         return {}, []
 
+    def artifacts(self) -> dict[str, str]:
+        """Files for the results directory that show how the switches were set up
+        (name -> text), replayable by hand."""
+        return {}
+
+    def pause_counters(self) -> dict:
+        """PAUSE frames and pause time per port, for data planes that send PAUSE."""
+        return {}
+
     def paced_ports(self) -> list[Port]:
         """The switch ports a root qdisc paces (whose service the link monitor can
         measure). Default: every port."""
@@ -66,11 +105,8 @@ class DataPlane(ABC):
         raise LookupError(f"no switch port faces {client}")
 
 
-def get(name: str):
-    if name == "linux":
-        from .linux import LinuxDataPlane
-        return LinuxDataPlane
-    if name == "bmv2":
-        from .bmv2 import Bmv2DataPlane
-        return Bmv2DataPlane
-    raise ValueError(f"unknown data plane {name!r}")
+def get(name: str) -> type[DataPlane]:
+    e = REGISTRY.get(name)
+    if e is None:
+        raise ValueError(f"unknown data plane {name!r} (known: {', '.join(REGISTRY)})")
+    return getattr(importlib.import_module(e.module), e.cls)

@@ -191,14 +191,19 @@ def mac_int(mac: str) -> int:
 class Bmv2DataPlane(DataPlane):
     name = "bmv2"
 
+    @classmethod
+    def require(cls, features, scenario) -> list[str]:
+        bmv2_version()
+        if not tool("simple_switch_CLI"):
+            raise MissingFeature("simple_switch_CLI is not on PATH (it comes with bmv2)")
+        return []       # telemetry comes from the P4 pipeline: nothing more to need
+
     def __init__(self, scenario, features):
         super().__init__(scenario, features)
         self.version = bmv2_version()
-        if not tool("simple_switch_CLI"):
-            raise MissingFeature("simple_switch_CLI is not on PATH (it comes with bmv2)")
         self.json_path = compile_program()
-        self.log_dir = None
         self.switches = []
+        self.cli_script = ""
 
     def switch_class(self):
         dp = self
@@ -305,6 +310,9 @@ class Bmv2DataPlane(DataPlane):
                                  "overlimits": 0, "backlog_bytes": occ[0], "backlog_packets": -1,
                                  "limit": limit, "limit_unit": "bytes"})
         return pd.DataFrame(rows)
+
+    def artifacts(self) -> dict[str, str]:
+        return {"switch.cli": self.cli_script} if self.cli_script else {}
 
     def pause_counters(self) -> dict:
         """PAUSE activity of the switches: XOFF events (each pauses every other host

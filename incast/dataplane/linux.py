@@ -130,6 +130,22 @@ def offloads_off_commands(dev: str) -> str:
 class LinuxDataPlane(DataPlane):
     name = "linux"
 
+    @classmethod
+    def require(cls, features, scenario) -> list[str]:
+        for qd in ("htb", "bfifo", "pfifo"):
+            if not features.qdiscs.get(qd):
+                raise MissingFeature(f"the kernel lacks the {qd} qdisc (CONFIG_NET_SCH_{qd.upper()}), "
+                                     "needed for switch queues")
+        if scenario.switch.qos.queues > 1 and not features.u32:
+            raise MissingFeature("QoS partitioning needs the tc u32 classifier (CONFIG_NET_CLS_U32)")
+        if scenario.telemetry.enabled:
+            from ..qdisc_recorder import recorder_binary
+            ok, why = features.telemetry_ok()
+            if recorder_binary() is None and not ok:    # the compiled recorder, else bpftrace
+                raise MissingFeature(f"telemetry: {why}, and build/bpf/qdisc-trace is not built "
+                                     "(scripts/build-bpf.sh)")
+        return []
+
     def switch_class(self):
         return KernelBridge
 
@@ -142,6 +158,9 @@ class LinuxDataPlane(DataPlane):
             lines += port_tc_commands(p.name, self.scenario)
         self.tc_script = "\n".join(lines) + "\n"
         run_tc_batch(lines)
+
+    def artifacts(self) -> dict[str, str]:
+        return {"switch.tc": self.tc_script} if self.ports else {}
 
     def queue_counters(self) -> pd.DataFrame:
         rows = []
