@@ -27,14 +27,15 @@ import pandas as pd
 
 from . import dataplane as dataplanes
 from . import fidelity, hostconfig, resources
+from . import workload as workloads
 from .probe import Features, probe, require
 from .results import ResultsDir, measured_seconds, one_line, summarize
 from .scenario import Scenario, to_toml
+from .workload import Block, Hooks
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTS_DIR = REPO / "hosts"
 TOPOLOGIES_DIR = REPO / "topologies"
-SERVER_PORT = 5001
 STALL_TIMEOUT_S = 300   # no output from the client for this long: the run is wedged
 
 
@@ -252,199 +253,241 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None,
     results.write_text("scenario.toml", to_toml(scenario))
     env = environment(features, scenario, rto_min_us)
     results.write_json("environment.json", env)
-
-    # Imported late: Mininet is heavy and only needed once a network is built.
-    from mininet.link import Link
-    from mininet.net import Mininet
-    from mininet.node import Host
-    from mininet.log import setLogLevel
-    setLogLevel("error")
-
     dp = dataplanes.get(scenario.dataplane)(scenario, features)
     dp.log_dir = results.path
     with resources.Run() as res:
-        if scenario.tcp.cc not in features.cc_allowed:
-            # Namespaces may only pick algorithms the init namespace allows.
-            res.set_global_sysctl("net.ipv4.tcp_allowed_congestion_control",
-                                  " ".join(features.cc_allowed + [scenario.tcp.cc]))
-        res.create_world()
-        t_build = time.monotonic()
-        topo = load_topology(scenario.topology.kind, scenario.topology.senders)
-        net = Mininet(topo=topo, switch=dp.switch_class(), controller=None, host=Host, link=Link,
-                      build=False, waitConnected=False)
-        net.build()
-        net.start()
-        client = net.get(topo.client)
-        servers = [net.get(s) for s in topo.servers]
-        res.name_host_netns({h.name: h.pid for h in net.hosts})
-        hostconfig.configure_hosts(net.hosts, scenario, rto_min_us, features)
-        dp.configure(net, topo)
-        for name, text in dp.artifacts().items():
-            results.write_text(name, text)
-        build_s = time.monotonic() - t_build
-        log(f"network of {len(net.hosts)} hosts built in {build_s:.1f} s ({res.token})")
-
-        host_of_ip = {h.IP(): h.name for h in net.hosts}
-        bottleneck = dp.bottleneck(client.name)
-        qos = scenario.switch.qos
-        dscps = [qos.class_dscp()[qos.class_of_sender(i)] for i in range(len(servers))]
-
-        server_procs = []
-        for s, dscp in zip(servers, dscps):
-            p = hostconfig.host_popen(s, [sys.executable, str(HOSTS_DIR / "incast_server.py"), "--port", str(SERVER_PORT),
-                         "--dscp", str(dscp)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            server_procs.append((s, p))
-        for s, p in server_procs:
-            _Lines(p, f"server on {s.name}").expect("READY")
-
-        agents = []
-        if scenario.switch.pause.enabled:
-            # veth ignores PAUSE: each host runs an agent that stops its NIC.
-            for h in net.hosts:
-                args = hostconfig.pause_agent_args(h.defaultIntf().name, scenario, features)
-                a = hostconfig.host_popen(h, [sys.executable, str(HOSTS_DIR / "pause_agent.py"), *args],
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                agents.append((h, a))
-            for h, a in agents:
-                _Lines(a, f"PAUSE agent on {h.name}").expect("READY")
-
-        tracer = None
-        if scenario.telemetry.enabled:
-            tracer = dp.telemetry(results.path, host_of_ip, resources.netns_inode(res.world))
-            tracer.start()
-
-        links = watched_links(net, dp, scenario, resources.netns_inode(res.world))
-        monitor = None
-        if fidelity.monitor_binary() is not None:
-            monitor = fidelity.LinkMonitor(links, skip_first=fidelity.SKIP_FIRST)
-            monitor.start()
-
-        fragments = scenario.fragments()
-        w = scenario.workload
-        block_rows, flow_rows, counter_rows, queue_frames = [], [], [], []
-        t0_ns = None
-        backlog_drops = 0
-        cpu_before = cpu_after = None
-        for rep in range(w.repetitions):
-            cmd = [sys.executable, str(HOSTS_DIR / "incast_client.py"),
-                   "--servers", ",".join(s.IP() for s in servers),
-                   "--fragments", ",".join(map(str, fragments)),
-                   "--dscp", ",".join(map(str, dscps)), "--port", str(SERVER_PORT),
-                   "--blocks", str(w.blocks), "--warmup", str(w.warmup), "--seed", str(w.seed + rep)]
-            proc = hostconfig.host_popen(client, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-            lines = _Lines(proc, "client")
-            lines.expect("CONNECTED")
-            lines.expect("WARM")
-            before = {h.name: hostconfig.read_counters(h.pid) for h in net.hosts}
-            q_before = dp.queue_counters()
-            backlog_before = softnet_drops()
-            if t0_ns is None:
-                t0_ns = time.monotonic_ns()
-                cpu_before = fidelity.cpu_times()
-            proc.stdin.write("GO\n")
-            proc.stdin.flush()
-            for _ in range(w.blocks):
-                parts = lines.next().split()
-                if parts[0] != "BLOCK":
-                    raise RunFailed(f"client: unexpected output {' '.join(parts)!r}")
-                i, start, end, last = int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4])
-                block_rows.append({"rep": rep, "block": i, "start_us": (start - t0_ns) / 1000,
-                                   "end_us": (end - t0_ns) / 1000, "duration_ms": (end - start) / 1e6,
-                                   "bytes": sum(fragments),
-                                   "goodput_mbps": sum(fragments) * 8 / ((end - start) / 1e3),
-                                   "last_server": servers[last].name if last >= 0 else ""})
-                if progress:
-                    progress(1)
-            cpu_after = fidelity.cpu_times()
-            after = {h.name: hostconfig.read_counters(h.pid) for h in net.hosts}
-            q_after = dp.queue_counters()
-            backlog_drops += softnet_drops() - backlog_before
-            for _ in servers:
-                parts = lines.next().split(" ", 2)
-                if parts[0] != "FLOW":
-                    raise RunFailed(f"client: unexpected output {parts[0]!r}")
-                info = json.loads(parts[2])
-                srv = servers[int(parts[1])]
-                flow_rows.append({"rep": rep, "server": srv.name, "client": client.name,
-                                  "dscp": dscps[int(parts[1])], **info})
-            lines.expect("DONE")
-            proc.wait()
-            counter_rows += _counter_rows(net.hosts, before, after, rep)
-            queue_frames.append(_queue_delta(q_before, q_after, rep))
-
-        pause = None
-        if agents:
-            pause = {"paused_ms": 0.0, "pause_frames_received": 0, "pause_token_frames": 0, "reaction_us": []}
-            for h, a in agents:
-                a.terminate()
-                out, err = a.communicate(timeout=30)
-                if not out.strip():
-                    raise RunFailed(f"PAUSE agent on {h.name} failed: {err.strip()[-1500:] or 'no output'}")
-                stats = json.loads(out.strip().splitlines()[-1])
-                pause["paused_ms"] += stats["paused_ms"]
-                pause["pause_frames_received"] += stats["pause_frames"] + stats["resume_frames"]
-                pause["reaction_us"] += stats["reaction_us"]
-                pause["pause_token_frames"] += stats["drains"]
-            pause.update(dp.pause_counters())
-
-        health, health_warnings = dp.health(sum(int(q["sent_packets"].sum()) for q in queue_frames))
-        monitored = monitor.stop() if monitor else {}
-
-        telemetry_table, lost = None, None
-        if tracer:
-            tres = tracer.stop(t0_ns)
-            telemetry_table, lost = tres.table, tres.lost
-            for note in tres.notes:
-                log(note)
-
-    blocks = pd.DataFrame(block_rows)
-    counters = pd.DataFrame(counter_rows)
-    queues = pd.concat(queue_frames, ignore_index=True)
-    flows = pd.DataFrame(flow_rows)
-    summary = summarize(blocks, counters, queues, telemetry_table, lost, scenario.link.rate,
-                        scenario.topology.senders, bottleneck.name)
-    summary.update({"dataplane": scenario.dataplane, "cc": scenario.tcp.cc, "rto_min_us": rto_min_us,
-                    "rto_floor_us": env["rto_floor_us"], "bottleneck_port": bottleneck.name,
-                    "build_s": round(build_s, 3), "repetitions": w.repetitions,
-                    "backlog_drops": backlog_drops, "link_rate_auto": auto_rate,
-                    "run_dir": str(results.final)})
-    if pause is not None:
-        reactions = pause.pop("reaction_us")
-        summary.update({"pause_frames": pause["pause_frames_sent"] + pause["xon_frames_sent"],
-                        "paused_ms": round(pause["paused_ms"], 3),
-                        "pause_reaction_us_p50": float(np.median(reactions)) if reactions else None,
-                        "pause_reaction_us_p99": float(np.percentile(reactions, 99)) if reactions else None,
-                        **dict(zip(("pause_xoff_bytes", "pause_xon_bytes"), scenario.switch.pause_thresholds(
-                            scenario.link.mtu, scenario.topology.senders))),
-                        **pause})
-    summary.update(health)
-    for warning in health_warnings:
-        log(warning)
-    if backlog_drops:
-        log(f"warning: {backlog_drops} packets dropped by full CPU input backlogs, not by the "
-            "switch (raise net.core.netdev_max_backlog)")
-    link_table = pd.DataFrame(fidelity.link_rows(links, monitored)) if monitored else None
-    faithful_bps = None if calibrating else calibrated_rate(scenario)
-    if faithful_bps is None and not calibrating and dataplanes.REGISTRY[scenario.dataplane].calibrated:
-        log("warning: this machine is not calibrated, so the run cannot say whether its link rate "
-            "is one the machine holds (incast calibrate: under a minute, once)")
-    summary["fidelity"] = fidelity.assess(
-        link_table.to_dict("records") if link_table is not None else [], monitored.get("watchdog"),
-        fidelity.cpu_use(cpu_before, cpu_after), backlog_drops, health_warnings, bool(monitored),
-        measured_ms=measured_seconds(blocks) * 1000, rate_bps=scenario.link.rate,
-        faithful_bps=faithful_bps, senders=scenario.topology.senders)
-    if not summary["fidelity"]["ok"]:
-        log(fidelity.warning_line(summary["fidelity"]))
-    if link_table is not None:
-        results.write_table("links.parquet", link_table)
-    results.write_table("blocks.parquet", blocks)
-    results.write_table("counters.parquet", counters)
-    results.write_table("queues.parquet", queues)
-    results.write_table("flows.parquet", flows)
-    if telemetry_table is not None:
-        results.write_table("telemetry.parquet", telemetry_table)
+        lab = _build(scenario, features, rto_min_us, dp, res, results, log)
+        m = _measure(scenario, features, dp, res, lab, results, progress, log)
+    summary = _summary(scenario, dp, lab, m, env, rto_min_us, auto_rate, results, calibrating, log)
+    _write_tables(results, m)
     results.write_json("summary.json", summary)
     final = results.finalize()
     log(one_line(summary))
     return Outcome(run_dir=final, summary=summary)
+
+
+@dataclass
+class _Lab:
+    """The built network."""
+    net: object
+    client: object
+    servers: list
+    dscps: list[int]
+    bottleneck: object
+    build_s: float
+
+
+@dataclass
+class _Measured:
+    blocks: pd.DataFrame
+    flows: pd.DataFrame
+    counters: pd.DataFrame
+    queues: pd.DataFrame
+    backlog_drops: int
+    cpu: dict
+    pause: dict | None
+    health: dict
+    health_warnings: list[str]
+    links: list
+    monitored: dict
+    telemetry: pd.DataFrame | None
+    telemetry_lost: int | None
+
+
+def _build(scenario, features, rto_min_us, dp, res, results, log) -> _Lab:
+    # Imported late: Mininet is heavy and only needed once a network is built.
+    from mininet.link import Link
+    from mininet.log import setLogLevel
+    from mininet.net import Mininet
+    from mininet.node import Host
+    setLogLevel("error")
+    if scenario.tcp.cc not in features.cc_allowed:
+        # Namespaces may only pick algorithms the init namespace allows.
+        res.set_global_sysctl("net.ipv4.tcp_allowed_congestion_control",
+                              " ".join(features.cc_allowed + [scenario.tcp.cc]))
+    res.create_world()
+    t_build = time.monotonic()
+    topo = load_topology(scenario.topology.kind, scenario.topology.senders)
+    net = Mininet(topo=topo, switch=dp.switch_class(), controller=None, host=Host, link=Link,
+                  build=False, waitConnected=False)
+    net.build()
+    net.start()
+    client = net.get(topo.client)
+    servers = [net.get(s) for s in topo.servers]
+    res.name_host_netns({h.name: h.pid for h in net.hosts})
+    hostconfig.configure_hosts(net.hosts, scenario, rto_min_us, features)
+    dp.configure(net, topo)
+    for name, text in dp.artifacts().items():
+        results.write_text(name, text)
+    build_s = time.monotonic() - t_build
+    log(f"network of {len(net.hosts)} hosts built in {build_s:.1f} s ({res.token})")
+    qos = scenario.switch.qos
+    dscps = [qos.class_dscp()[qos.class_of_sender(i)] for i in range(len(servers))]
+    return _Lab(net, client, servers, dscps, dp.bottleneck(client.name), build_s)
+
+
+def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> _Measured:
+    """Start the workload's servers and what measures alongside, run the repetitions,
+    stop everything that measured."""
+    wl = workloads.get(scenario.workload.kind)(scenario, hostconfig.host_popen, _Lines)
+    wl.start_servers(lab.servers, lab.dscps)
+    agents = _start_pause_agents(lab.net.hosts, scenario, features)
+    world_inode = resources.netns_inode(res.world)
+    tracer = None
+    if scenario.telemetry.enabled:
+        tracer = dp.telemetry(results.path, {h.IP(): h.name for h in lab.net.hosts}, world_inode)
+        tracer.start()
+    links = watched_links(lab.net, dp, scenario, world_inode)
+    monitor = None
+    if fidelity.monitor_binary() is not None:
+        monitor = fidelity.LinkMonitor(links, skip_first=fidelity.SKIP_FIRST)
+        monitor.start()
+    reps = _Repetitions(scenario, dp, lab, wl, progress)
+    for rep in range(scenario.workload.repetitions):
+        reps.run(rep)
+    pause = _stop_pause_agents(agents, dp) if agents else None
+    health, health_warnings = dp.health(sum(int(q["sent_packets"].sum()) for q in reps.queue_frames))
+    monitored = monitor.stop() if monitor else {}
+    telemetry_table, lost = None, None
+    if tracer:
+        tres = tracer.stop(reps.t0_ns)
+        telemetry_table, lost = tres.table, tres.lost
+        for note in tres.notes:
+            log(note)
+    return _Measured(pd.DataFrame(reps.block_rows), pd.DataFrame(reps.flow_rows),
+                     pd.DataFrame(reps.counter_rows), pd.concat(reps.queue_frames, ignore_index=True),
+                     reps.backlog_drops, fidelity.cpu_use(reps.cpu_before, reps.cpu_after), pause,
+                     health, health_warnings, links, monitored, telemetry_table, lost)
+
+
+class _Repetitions:
+    """Runs the workload's repetitions, measuring around their measured blocks."""
+
+    def __init__(self, scenario, dp, lab: _Lab, wl, progress):
+        self.scenario, self.dp, self.lab, self.wl, self.progress = scenario, dp, lab, wl, progress
+        self.block_rows, self.flow_rows, self.counter_rows, self.queue_frames = [], [], [], []
+        self.t0_ns = None
+        self.backlog_drops = 0
+        self.cpu_before = self.cpu_after = None
+
+    def run(self, rep: int) -> None:
+        hosts, servers, block_bytes = self.lab.net.hosts, self.lab.servers, self.wl.block_bytes()
+        before = {}
+
+        def measuring():
+            before["counters"] = {h.name: hostconfig.read_counters(h.pid) for h in hosts}
+            before["queues"] = self.dp.queue_counters()
+            before["softnet"] = softnet_drops()
+            if self.t0_ns is None:
+                self.t0_ns = time.monotonic_ns()
+                self.cpu_before = fidelity.cpu_times()
+
+        def block(b: Block):
+            self.block_rows.append({
+                "rep": rep, "block": b.index, "start_us": (b.start_ns - self.t0_ns) / 1000,
+                "end_us": (b.end_ns - self.t0_ns) / 1000, "duration_ms": (b.end_ns - b.start_ns) / 1e6,
+                "bytes": block_bytes, "goodput_mbps": block_bytes * 8 / ((b.end_ns - b.start_ns) / 1e3),
+                "last_server": servers[b.last_server].name if b.last_server >= 0 else ""})
+            if self.progress:
+                self.progress(1)
+
+        def measured():
+            self.cpu_after = fidelity.cpu_times()
+            after = {h.name: hostconfig.read_counters(h.pid) for h in hosts}
+            self.queue_frames.append(_queue_delta(before["queues"], self.dp.queue_counters(), rep))
+            self.backlog_drops += softnet_drops() - before["softnet"]
+            self.counter_rows += _counter_rows(hosts, before["counters"], after, rep)
+
+        flows = self.wl.repetition(rep, self.lab.client, servers, self.lab.dscps,
+                                   Hooks(measuring, block, measured))
+        for f in flows:
+            i = f.pop("server_index")
+            self.flow_rows.append({"rep": rep, "server": servers[i].name, "client": self.lab.client.name,
+                                   "dscp": self.lab.dscps[i], **f})
+
+
+def _start_pause_agents(hosts, scenario, features) -> list:
+    """veth ignores PAUSE: with PAUSE on, each host runs an agent that stops its NIC."""
+    if not scenario.switch.pause.enabled:
+        return []
+    agents = []
+    for h in hosts:
+        args = hostconfig.pause_agent_args(h.defaultIntf().name, scenario, features)
+        agents.append((h, hostconfig.host_popen(h, [sys.executable, str(HOSTS_DIR / "pause_agent.py"), *args],
+                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    for h, a in agents:
+        _Lines(a, f"PAUSE agent on {h.name}").expect("READY")
+    return agents
+
+
+def _stop_pause_agents(agents, dp) -> dict:
+    pause = {"paused_ms": 0.0, "pause_frames_received": 0, "pause_token_frames": 0, "reaction_us": []}
+    for h, a in agents:
+        a.terminate()
+        out, err = a.communicate(timeout=30)
+        if not out.strip():
+            raise RunFailed(f"PAUSE agent on {h.name} failed: {err.strip()[-1500:] or 'no output'}")
+        stats = json.loads(out.strip().splitlines()[-1])
+        pause["paused_ms"] += stats["paused_ms"]
+        pause["pause_frames_received"] += stats["pause_frames"] + stats["resume_frames"]
+        pause["reaction_us"] += stats["reaction_us"]
+        pause["pause_token_frames"] += stats["drains"]
+    pause.update(dp.pause_counters())
+    return pause
+
+
+def _summary(scenario, dp, lab: _Lab, m: _Measured, env, rto_min_us, auto_rate, results, calibrating,
+             log) -> dict:
+    summary = summarize(m.blocks, m.counters, m.queues, m.telemetry, m.telemetry_lost, scenario.link.rate,
+                        scenario.topology.senders, lab.bottleneck.name)
+    summary.update({"dataplane": scenario.dataplane, "cc": scenario.tcp.cc, "rto_min_us": rto_min_us,
+                    "rto_floor_us": env["rto_floor_us"], "bottleneck_port": lab.bottleneck.name,
+                    "build_s": round(lab.build_s, 3), "repetitions": scenario.workload.repetitions,
+                    "backlog_drops": m.backlog_drops, "link_rate_auto": auto_rate,
+                    "run_dir": str(results.final)})
+    if m.pause is not None:
+        summary.update(_pause_summary(scenario, dict(m.pause)))
+    summary.update(m.health)
+    for warning in m.health_warnings:
+        log(warning)
+    if m.backlog_drops:
+        log(f"warning: {m.backlog_drops} packets dropped by full CPU input backlogs, not by the "
+            "switch (raise net.core.netdev_max_backlog)")
+    summary["fidelity"] = _fidelity(scenario, m, calibrating, log)
+    if not summary["fidelity"]["ok"]:
+        log(fidelity.warning_line(summary["fidelity"]))
+    return summary
+
+
+def _pause_summary(scenario, pause: dict) -> dict:
+    reactions = pause.pop("reaction_us")
+    return {"pause_frames": pause["pause_frames_sent"] + pause["xon_frames_sent"],
+            "paused_ms": round(pause["paused_ms"], 3),
+            "pause_reaction_us_p50": float(np.median(reactions)) if reactions else None,
+            "pause_reaction_us_p99": float(np.percentile(reactions, 99)) if reactions else None,
+            **dict(zip(("pause_xoff_bytes", "pause_xon_bytes"), scenario.switch.pause_thresholds(
+                scenario.link.mtu, scenario.topology.senders))),
+            **pause}
+
+
+def _fidelity(scenario, m: _Measured, calibrating: bool, log) -> dict:
+    faithful_bps = None if calibrating else calibrated_rate(scenario)
+    if faithful_bps is None and not calibrating and dataplanes.REGISTRY[scenario.dataplane].calibrated:
+        log("warning: this machine is not calibrated, so the run cannot say whether its link rate "
+            "is one the machine holds (incast calibrate: under a minute, once)")
+    rows = fidelity.link_rows(m.links, m.monitored) if m.monitored else []
+    return fidelity.assess(
+        rows, m.monitored.get("watchdog"), m.cpu, m.backlog_drops, m.health_warnings, bool(m.monitored),
+        measured_ms=measured_seconds(m.blocks) * 1000, rate_bps=scenario.link.rate,
+        faithful_bps=faithful_bps, senders=scenario.topology.senders)
+
+
+def _write_tables(results, m: _Measured) -> None:
+    if m.monitored:
+        results.write_table("links.parquet", pd.DataFrame(fidelity.link_rows(m.links, m.monitored)))
+    results.write_table("blocks.parquet", m.blocks)
+    results.write_table("counters.parquet", m.counters)
+    results.write_table("queues.parquet", m.queues)
+    results.write_table("flows.parquet", m.flows)
+    if m.telemetry is not None:
+        results.write_table("telemetry.parquet", m.telemetry)
