@@ -42,7 +42,7 @@ from . import scenario as scn
 from .fidelity import MIN_SERVICE_RATIO
 
 CACHE_DIR = Path(os.environ.get("INCAST_CACHE", "/var/cache/incast")) / "calibration"
-VERSION = 6     # bump when the procedure or its criteria change
+VERSION = 7     # bump when the procedure or its criteria change
 LADDER_MBPS = [1000, 800, 600, 500, 400, 300, 200, 100, 50, 20, 10]
 SENDER_COUNTS = (1, 16, 64)
 BLOCK_MS = 50           # link time of one block

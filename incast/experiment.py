@@ -96,9 +96,10 @@ def resolve_auto_rate(scenario: Scenario, log=lambda msg: None, senders: int | N
     if scenario.link.rate != "auto":
         return scenario
     from . import calibrate
-    if calibrate.cached() is None:
+    c = calibrate.cached()
+    if c is None:
         log("warning: calibrating this machine first (once; see incast calibrate)")
-    c = calibrate.calibrate(log)
+        c = calibrate.calibrate(log)
     rate = calibrate.faithful_rate(c, senders or scenario.topology.senders)
     return scenario.model_copy(update={"link": scenario.link.model_copy(update={"rate": rate})})
 
@@ -340,7 +341,7 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> 
     links = watched_links(lab.net, dp, scenario, world_inode)
     monitor = None
     if fidelity.monitor_binary() is not None:
-        monitor = fidelity.LinkMonitor(links, skip_first=fidelity.SKIP_FIRST)
+        monitor = fidelity.LinkMonitor(links, skip_first=fidelity.skip_first())
         monitor.start()
     reps = _Repetitions(scenario, dp, lab, wl, progress)
     for rep in range(scenario.workload.repetitions):

@@ -45,14 +45,21 @@ MIN_SERVICE_RATIO = 0.95
 MAX_DEFICIT_SHARE = 0.01
 # Below this many backlogged dequeues a link's ratio is not evidence either way.
 MIN_BUSY_PACKETS = 50
-# Dequeues left out at the start of each backlogged stretch: a token bucket that
-# filled while the link was idle sends that many at once (the switch ports' bucket is
-# the deepest, BURST_FRAMES of incast.dataplane.linux, plus the frame being sent).
-SKIP_FIRST = 5
 # A CPU this busy over the measured blocks is the bottleneck: one flow's packets are
-# processed mostly on one CPU, and a link too fast for it never builds a backlog to
-# judge (1 sender at 20 Gbit/s: no queue anywhere, one CPU at 100%).
+# processed mostly on one CPU, and a link too fast for it may never build a backlog to
+# judge. (Not every such link saturates a CPU: one sender at 20 Gbit/s here left the
+# busiest at 75-90%; the calibrated rate catches those.)
 MAX_CPU_BUSY = 0.95
+
+
+def skip_first() -> int:
+    """Dequeues left out at the start of each backlogged stretch: a token bucket that
+    filled while its link was idle sends that many at once, faster than the rate. The
+    deepest bucket decides: a switch port's (BURST_FRAMES) or a host NIC's (one frame
+    plus up to NIC_SLACK_FRAMES_MAX), plus the frame being sent."""
+    from .dataplane.linux import BURST_FRAMES
+    from .hostconfig import NIC_SLACK_FRAMES_MAX
+    return max(BURST_FRAMES, 1 + NIC_SLACK_FRAMES_MAX) + 1
 
 
 def monitor_binary() -> Path | None:

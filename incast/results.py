@@ -127,7 +127,15 @@ class Claim:
 class ResultsDir:
     def __init__(self, final: Path, unique: bool = False):
         self.claim = Claim(final, unique)
-        self.final, self.path = self.claim.final, self.claim.path
+
+    @property
+    def final(self) -> Path:
+        return self.claim.final
+
+    @property
+    def path(self) -> Path:
+        """Where the results are written until finalize()."""
+        return self.claim.path
 
     def write_text(self, name: str, text: str) -> None:
         (self.path / name).write_text(text)

@@ -110,9 +110,7 @@ def cmd_sweep(args) -> int:
     if repeats < 1:
         raise scn.ScenarioError("--repeat: at least 1")
     final = Path(args.out) if args.out else Path("results") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
-    if args.out and final.exists():
-        raise scn.ScenarioError(f"--out {final}: exists; choose another directory")
-    # A default name is made unique (two sweeps in the same second); --out is the user's.
+    # An existing --out is refused (exit 2); a default name is made unique (two sweeps in the same second); --out is the user's.
     claim = Claim(final, unique=not args.out)
     final, work = claim.final, claim.path
     (work / "runs").mkdir()
