@@ -14,14 +14,15 @@ from pathlib import Path
 
 from . import scenario as scn
 from .dataplane import REGISTRY
+from .workload import REGISTRY as WORKLOADS
 
 EXIT_USAGE, EXIT_MISSING, EXIT_FAILED = 2, 3, 1
 
 # (flag, scenario field, help). Values are validated by the scenario model, not here.
 RUN_FLAGS = [
     ("--senders", "senders", "servers answering each block (N)"),
-    ("--workload", "workload", "fixed-fragment | fixed-block"),
-    ("--sru", "sru", "bytes per server per block, e.g. 256KiB (fixed-fragment)"),
+    ("--workload", "workload", "; ".join(f"{k}: {e.help}" for k, e in WORKLOADS.items())),
+    ("--sru", "sru", "bytes per server per block, e.g. 256KiB (fixed-fragment, memcached)"),
     ("--block", "block", "bytes per block split over the servers, e.g. 1MiB (fixed-block)"),
     ("--blocks", "blocks", "measured blocks per repetition"),
     ("--warmup", "warmup", "unmeasured blocks before them"),

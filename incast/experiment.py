@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import platform
 import selectors
 import subprocess
@@ -74,7 +75,7 @@ def environment(features: Features, scenario: Scenario, rto_min_us: int) -> dict
         "rto_floor_us": features.effective_rto_floor(
             rto_min_us, features.hrtimer_rto and scenario.tcp.hrtimer_rto is not False),
         "dataplane": scenario.dataplane, "machine": platform.machine(),
-        "cpus": len(__import__("os").sched_getaffinity(0)),
+        "cpus": len(os.sched_getaffinity(0)),
         "versions": versions, "features": features.as_dict(),
         "calibration": _calibration_brief(),
     }
@@ -127,22 +128,30 @@ class Outcome:
 
 
 class _Lines:
-    """Line reader over a child's stdout with a stall detector."""
+    """Line reader over a child's stdout with a stall detector. It reads the pipe itself:
+    a buffered file object would hold lines that already arrived where select() cannot
+    see them, and wait for more output that may never come."""
 
     def __init__(self, proc, what):
         self.proc, self.what = proc, what
+        self.fd = proc.stdout.fileno()
         self.sel = selectors.DefaultSelector()
-        self.sel.register(proc.stdout, selectors.EVENT_READ)
+        self.sel.register(self.fd, selectors.EVENT_READ)
+        self.pending = b""
 
     def next(self) -> str:
-        if not self.sel.select(STALL_TIMEOUT_S):
-            raise RunFailed(f"{self.what} produced nothing for {STALL_TIMEOUT_S} s")
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait()
-            err = self.proc.stderr.read().strip().splitlines() if self.proc.stderr else []
-            raise RunFailed(f"{self.what} exited ({self.proc.returncode}): {err[-1] if err else 'no error output'}")
-        return line.rstrip("\n")
+        while b"\n" not in self.pending:
+            if not self.sel.select(STALL_TIMEOUT_S):
+                raise RunFailed(f"{self.what} produced nothing for {STALL_TIMEOUT_S} s")
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                self.proc.wait()
+                err = self.proc.stderr.read().strip().splitlines() if self.proc.stderr else []
+                raise RunFailed(f"{self.what} exited ({self.proc.returncode}): "
+                                f"{err[-1] if err else 'no error output'}")
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return line.decode(errors="replace").rstrip("\r")
 
     def expect(self, word: str) -> None:
         line = self.next()

@@ -197,11 +197,12 @@ def probe() -> Features:
 
 def require(features: Features, scenario) -> list[str]:
     """Raise MissingFeature naming what the scenario needs and the machine lacks: the
-    hosts' needs here, the data plane's from its own require().
+    hosts' needs here, the data plane's and the workload's from their own require().
 
     Returns notes worth telling the user (e.g. rto_min rounding)."""
-    from . import dataplane
+    from . import dataplane, workload
     notes = dataplane.get(scenario.dataplane).require(features, scenario)
+    notes += workload.get(scenario.workload.kind).require(features, scenario)
     if not features.qdiscs.get("tbf"):
         raise MissingFeature("the kernel lacks the tbf qdisc (CONFIG_NET_SCH_TBF), which paces every host's NIC")
     if scenario.link.needs_netem and not features.qdiscs.get("netem"):

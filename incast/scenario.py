@@ -19,6 +19,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
 
 from .units import (format_rate, format_size, format_time_us, parse_rate, parse_size,
                     parse_time_us)
+from .workload import REGISTRY as WORKLOADS
 
 # Ethernet header bytes that tc's byte counters and bfifo limits include.
 ETH_HLEN = 14
@@ -229,14 +230,21 @@ class TCP(_Model):
 
 
 class Workload(_Model):
-    """The synchronized-read workload of the incast client."""
-    kind: Literal["fixed-fragment", "fixed-block"] = "fixed-fragment"
-    sru: Size = Field(parse_size("256KiB"), description="bytes per server per block (fixed-fragment)")
+    """What the client asks of the servers: synchronized requests, one block at a time."""
+    kind: str = "fixed-fragment"                # a name in incast.workload.REGISTRY
+    sru: Size = Field(parse_size("256KiB"), description="bytes per server per block (fixed-fragment, memcached)")
     block: Size = Field(parse_size("1MiB"), description="bytes per block split over the servers (fixed-block)")
     blocks: int = Field(20, ge=1, le=1_000_000, description="measured blocks per repetition")
     warmup: int = Field(2, ge=0, le=10_000, description="unmeasured blocks first")
     repetitions: int = Field(1, ge=1, le=1000)
     seed: int = Field(1, ge=0)
+
+    @field_validator("kind")
+    @classmethod
+    def _known_workload(cls, v):
+        if v not in WORKLOADS:
+            raise ValueError(f"unknown workload {v!r}; one of: {', '.join(WORKLOADS)}")
+        return v
 
     @field_validator("sru", "block")
     @classmethod
@@ -245,9 +253,12 @@ class Workload(_Model):
             raise ValueError("must be at least 1 byte")
         return v
 
+    def sizing(self) -> str:
+        return WORKLOADS[self.kind].sizing
+
     def fragments(self, senders: int) -> list[int]:
         """Bytes each server sends per block."""
-        if self.kind == "fixed-fragment":
+        if self.sizing() == "fragment":
             return [self.sru] * senders
         base, extra = divmod(self.block, senders)
         return [base + (1 if i < extra else 0) for i in range(senders)]
@@ -314,8 +325,11 @@ class Scenario(_Model):
         if self.switch.buffer_packets is not None and not plane.packet_buffers:
             raise ValueError(f"switch.buffer_packets: the {self.dataplane} data plane limits its queues "
                              "in bytes; give switch.buffer")
-        if self.workload.kind == "fixed-block" and self.workload.block < self.topology.senders:
+        if self.workload.sizing() == "block" and self.workload.block < self.topology.senders:
             raise ValueError("workload.block is smaller than one byte per server")
+        if self.switch.qos.queues > 1 and not WORKLOADS[self.workload.kind].dscp:
+            raise ValueError(f"switch.qos: the {self.workload.kind} workload's servers do not mark their "
+                             "data with a class's DSCP; use switch.qos.queues = 1")
         return self
 
     def fragments(self) -> list[int]:
@@ -328,8 +342,9 @@ class Scenario(_Model):
         """One line naming the scenario; `omit` drops the parts a sweep varies
         (senders, load, rate, buffer, cc, rto_min)."""
         w, s = self.workload, self.switch
-        load = (f"SRU {format_size(w.sru)}" if w.kind == "fixed-fragment"
+        load = (f"SRU {format_size(w.sru)}" if w.sizing() == "fragment"
                 else f"block {format_size(w.block)}")
+        load = " ".join(p for p in (WORKLOADS[w.kind].label, load) if p)
         buf = format_size(s.buffer) if s.buffer is not None else f"{s.buffer_packets}pkt"
         rto = self.tcp.rto_min if self.tcp.rto_min == "min" else format_time_us(self.tcp.rto_min)
         parts = {"dataplane": "" if self.dataplane == "linux" else f"{self.dataplane} switch",

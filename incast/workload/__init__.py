@@ -13,7 +13,15 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Literal
+
+# The programs that run on the emulated hosts (standard library only).
+HOSTS_DIR = Path(__file__).resolve().parent.parent.parent / "hosts"
+
+
+class WorkloadFailed(RuntimeError):
+    """A workload's program said something it should not have."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,13 @@ class Workload(ABC):
         self.popen = popen
         self.lines = lines
 
+    @classmethod
+    def require(cls, features, scenario) -> list[str]:
+        """Raise incast.probe.MissingFeature naming what this workload needs and the
+        machine lacks (its programs); return notes for the user. Checked before anything
+        is built."""
+        return []
+
     @abstractmethod
     def start_servers(self, servers: list, dscps: list[int]) -> None:
         """Start the servers; return when every one accepts connections."""
@@ -50,19 +65,39 @@ class Workload(ABC):
         return one row per server connection: {"server_index": i, **tcp_info}."""
 
     def block_bytes(self) -> int:
-        """Bytes the client receives per block."""
+        """Bytes of application data the client receives per block."""
         return sum(self.scenario.fragments())
 
 
-# The one place a workload is named: the scenario's workload.kind values.
-REGISTRY: dict[str, tuple[str, str]] = {
-    "fixed-fragment": ("incast.workload.synchronized_read", "SynchronizedRead"),
-    "fixed-block": ("incast.workload.synchronized_read", "SynchronizedRead"),
+@dataclass(frozen=True)
+class Entry:
+    """What the scenario and the CLI need to know of a workload without loading it."""
+    module: str
+    cls: str
+    help: str
+    # How a block is sized: "fragment": every server sends workload.sru per block;
+    # "block": workload.block bytes are split over the servers.
+    sizing: Literal["fragment", "block"] = "fragment"
+    # Marks its servers' data with the class's DSCP (switch.qos.queues > 1 needs it).
+    dscp: bool = True
+    label: str = ""     # what the scenario's one-line description calls it ("" for the papers' read)
+
+
+# The one place a workload is named: the scenario's workload.kind values, the factory
+# and the CLI help all read it.
+REGISTRY: dict[str, Entry] = {
+    "fixed-fragment": Entry("incast.workload.synchronized_read", "SynchronizedRead",
+                            "each server sends sru per block (FAST'08, WREN'09)"),
+    "fixed-block": Entry("incast.workload.synchronized_read", "SynchronizedRead",
+                         "block bytes split over the servers (SIGCOMM'09)", sizing="block"),
+    "memcached": Entry("incast.workload.memcached", "MemcachedMultiget",
+                       "a multiget of sru bytes from every memcached server", dscp=False,
+                       label="memcached multiget"),
 }
 
 
 def get(kind: str) -> type[Workload]:
-    if kind not in REGISTRY:
+    e = REGISTRY.get(kind)
+    if e is None:
         raise ValueError(f"unknown workload {kind!r} (known: {', '.join(REGISTRY)})")
-    module, cls = REGISTRY[kind]
-    return getattr(importlib.import_module(module), cls)
+    return getattr(importlib.import_module(e.module), e.cls)

@@ -9,16 +9,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-from . import Block, Hooks, Workload
+from . import HOSTS_DIR, Block, Hooks, Workload, WorkloadFailed
 
-HOSTS_DIR = Path(__file__).resolve().parent.parent.parent / "hosts"
 SERVER_PORT = 5001
-
-
-class WorkloadFailed(RuntimeError):
-    pass
 
 
 class SynchronizedRead(Workload):
