@@ -66,9 +66,10 @@ def machine() -> dict:
 
 
 def cache_key() -> str:
-    from .dataplane.linux import BURST_FRAMES
+    from . import dataplane
     from .hostconfig import NIC_SLACK_FRAMES_MAX, NIC_TIMER_SLACK_US
-    inputs = {"version": VERSION, **machine(), "switch_burst_frames": BURST_FRAMES,
+    burst = max(dataplane.get(n).port_burst_frames for n, e in dataplane.REGISTRY.items() if e.calibrated)
+    inputs = {"version": VERSION, **machine(), "switch_burst_frames": burst,
               "nic_timer_slack_us": NIC_TIMER_SLACK_US,
               "nic_slack_frames_max": NIC_SLACK_FRAMES_MAX, "ladder": LADDER_MBPS}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]

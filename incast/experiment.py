@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from . import dataplane as dataplanes
-from . import fidelity, hostconfig, resources
+from . import fidelity, hostconfig, netdev, resources
 from . import workload as workloads
 from .probe import Features, probe, require
 from .results import ResultsDir, measured_seconds, one_line, summarize
@@ -67,8 +67,7 @@ def environment(features: Features, scenario: Scenario, rto_min_us: int) -> dict
         versions["pyarrow"] = pyarrow.__version__
     except ImportError:
         pass
-    tc = subprocess.run(["tc", "-V"], capture_output=True, text=True).stdout.strip()
-    versions["iproute2"] = tc
+    versions["iproute2"] = netdev.version()
     return {
         "kernel": features.kernel, "hz": features.hz, "jiffy_us": features.jiffy_us,
         "rto_min_us": rto_min_us,
@@ -192,7 +191,7 @@ def _queue_delta(before: pd.DataFrame, after: pd.DataFrame, rep: int) -> pd.Data
 def watched_links(net, dp, scenario, world_inode: int) -> list[fidelity.WatchedLink]:
     """The links whose service the link monitor measures: the switch ports a qdisc
     paces (the data plane says which) and every host's NIC."""
-    from .dataplane.linux import WIRE_OVERHEAD
+    from .netdev import WIRE_OVERHEAD
     from .scenario import ETH_HLEN
     rate, frame = scenario.link.rate, scenario.link.mtu + ETH_HLEN
     links = [fidelity.WatchedLink(p.name, "switch", world_inode, p.ifindex, rate, WIRE_OVERHEAD, frame)
@@ -350,7 +349,7 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> 
     links = watched_links(lab.net, dp, scenario, world_inode)
     monitor = None
     if fidelity.monitor_binary() is not None:
-        monitor = fidelity.LinkMonitor(links, skip_first=fidelity.skip_first())
+        monitor = fidelity.LinkMonitor(links, skip_first=fidelity.skip_first(dp.port_burst_frames))
         monitor.start()
     reps = _Repetitions(scenario, dp, lab, wl, progress)
     for rep in range(scenario.workload.repetitions):

@@ -52,14 +52,13 @@ MIN_BUSY_PACKETS = 50
 MAX_CPU_BUSY = 0.95
 
 
-def skip_first() -> int:
+def skip_first(port_burst_frames: int) -> int:
     """Dequeues left out at the start of each backlogged stretch: a token bucket that
     filled while its link was idle sends that many at once, faster than the rate. The
-    deepest bucket decides: a switch port's (BURST_FRAMES) or a host NIC's (one frame
-    plus up to NIC_SLACK_FRAMES_MAX), plus the frame being sent."""
-    from .dataplane.linux import BURST_FRAMES
+    deepest bucket decides: a switch port's (the data plane's port_burst_frames) or a
+    host NIC's (one frame plus up to NIC_SLACK_FRAMES_MAX), plus the frame being sent."""
     from .hostconfig import NIC_SLACK_FRAMES_MAX
-    return max(BURST_FRAMES, 1 + NIC_SLACK_FRAMES_MAX) + 1
+    return max(port_burst_frames, 1 + NIC_SLACK_FRAMES_MAX) + 1
 
 
 def monitor_binary() -> Path | None:

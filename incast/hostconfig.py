@@ -14,7 +14,7 @@ from __future__ import annotations
 import subprocess
 
 from . import dataplane as dataplanes
-from .dataplane.linux import WIRE_OVERHEAD, htb_burst, offloads_off_commands
+from .netdev import WIRE_OVERHEAD, offloads_off_command, tx_checksum_off_command
 from .results import RTO_COUNTERS
 from .scenario import ETH_HLEN
 
@@ -146,10 +146,8 @@ def host_script(host, scenario, rto_min_us: int, features) -> str:
     lines = [
         "set -e",
         f"sysctl -q -w {sysctls}",
-        offloads_off_commands(intf) + " || true",
-        # A software switch (bmv2) forwards frames as they are: checksums must be
-        # complete when they leave the host, not left to a NIC that veth does not have.
-        *([f"ethtool -K {intf} tx off >/dev/null 2>&1 || true"]
+        offloads_off_command(intf) + " >/dev/null",
+        *([tx_checksum_off_command(intf) + " >/dev/null"]
           if dataplanes.REGISTRY[scenario.dataplane].host_tx_checksum else []),
         *nic_tc_commands(intf, scenario, features),
     ]

@@ -19,10 +19,11 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 import uuid
 from pathlib import Path
+
+from . import netdev
 
 STATE_DIR = Path("/run/incast")
 NETNS_DIR = Path("/run/netns")
@@ -130,8 +131,7 @@ def delete_netns(names: list[str]) -> None:
     if not names:
         return
     # One ip process for all: -batch keeps teardown of 128 hosts fast.
-    batch = "".join(f"netns del {n}\n" for n in names)
-    subprocess.run(["ip", "-force", "-batch", "-"], input=batch, text=True, capture_output=True)
+    netdev.netns_delete(names)
 
 
 class Run:
@@ -169,11 +169,11 @@ class Run:
     # --- what a run creates ----------------------------------------------------------
     def create_world(self) -> None:
         """Create the world namespace and move this process into it."""
-        subprocess.run(["ip", "netns", "add", self.world], check=True, capture_output=True)
+        netdev.netns_add(self.world)
         self._home = os.open("/proc/self/ns/net", os.O_RDONLY)
         setns(str(NETNS_DIR / self.world))
         self._entered = True
-        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+        netdev.set_up(["lo"])
 
     def leave_world(self) -> None:
         if self._entered:
@@ -185,8 +185,7 @@ class Run:
     def name_host_netns(self, hosts: dict[str, int]) -> dict[str, str]:
         """Give each Mininet host's namespace a name; returns host -> netns name."""
         names = {h: f"{self.token}-{h}" for h in hosts}
-        batch = "".join(f"netns attach {names[h]} {pid}\n" for h, pid in hosts.items())
-        subprocess.run(["ip", "-batch", "-"], input=batch, text=True, check=True, capture_output=True)
+        netdev.netns_attach({names[h]: pid for h, pid in hosts.items()})
         return names
 
     def set_global_sysctl(self, key: str, value: str) -> None:

@@ -4,12 +4,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, incast_cmd, needs_root, our_netns, our_state, run_json
+from conftest import REPO, incast_cmd, needs_root, our_netns, run_json
 
 BAD_RUNS = [
     (["--senders", "0"], "topology.senders"),

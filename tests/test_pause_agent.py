@@ -7,12 +7,10 @@ in the VM kernels, which have plug)."""
 import contextlib
 import functools
 import json
-import os
 import subprocess
 import sys
 import textwrap
 import uuid
-from pathlib import Path
 
 import pytest
 

@@ -45,8 +45,26 @@ class Port:
     ifindex: int
 
 
+def switch_ports(net) -> list[Port]:
+    """Every switch port of a started Mininet network, with the node at its far end."""
+    from ..netdev import ifindexes
+    index = ifindexes()
+    ports = []
+    for sw in net.switches:
+        for intf, number in sorted(sw.ports.items(), key=lambda kv: kv[1]):
+            if intf.name == "lo" or intf.link is None:
+                continue
+            other = intf.link.intf2 if intf.link.intf1 is intf else intf.link.intf1
+            ports.append(Port(switch=sw.name, name=intf.name, number=number,
+                              peer=other.node.name, ifindex=index[intf.name]))
+    return ports
+
+
 class DataPlane(ABC):
     name: str
+    # Frames a paced switch port may send back to back after idling (its token bucket):
+    # the link monitor leaves that many out of each backlogged stretch.
+    port_burst_frames: int = 1
 
     def __init__(self, scenario, features):
         self.scenario = scenario

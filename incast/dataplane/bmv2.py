@@ -30,11 +30,12 @@ import numpy as np
 import pandas as pd
 from mininet.node import Switch
 
+from .. import netdev
+from ..netdev import WIRE_OVERHEAD
 from ..probe import MissingFeature
 from ..scenario import ETH_HLEN
 from ..telemetry import TelemetryResult, _ip_key, _typed, empty_table
-from . import DataPlane, Port
-from .linux import WIRE_OVERHEAD, offloads_off_commands, switch_ports
+from . import DataPlane, Port, switch_ports
 
 REPO = Path(__file__).resolve().parents[2]
 P4_SOURCE = REPO / "p4src" / "incast.p4"
@@ -127,13 +128,11 @@ class Bmv2Switch(Switch):
         self.collector_intf = f"{name}-telc"
 
     def start(self, controllers):
-        subprocess.run(["ip", "link", "add", self.tel_intf, "type", "veth", "peer", "name",
-                        self.collector_intf], check=True, capture_output=True)
+        netdev.add_veth(self.tel_intf, self.collector_intf)
         ports = [(self.ports[i], i.name) for i in self.intfList() if i.name != "lo"]
-        cmds = [f"ip link set dev {n} up" for _, n in ports] + \
-               [f"ip link set dev {self.tel_intf} up", f"ip link set dev {self.collector_intf} up"]
-        cmds += [offloads_off_commands(n) for n in [n for _, n in ports] + [self.tel_intf, self.collector_intf]]
-        subprocess.run(["sh", "-c", "; ".join(cmds)], check=False)
+        links = [n for _, n in ports] + [self.tel_intf, self.collector_intf]
+        netdev.set_up(links)
+        netdev.offloads_off(links)
         args = [tool("simple_switch"), "--device-id", str(self.device_id), "--thrift-port",
                 str(self.thrift_port), "--log-console", "-L", "info"]
         for number, intf in sorted(ports):
@@ -163,7 +162,7 @@ class Bmv2Switch(Switch):
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        subprocess.run(["ip", "link", "del", self.tel_intf], capture_output=True)
+        netdev.delete_link(self.tel_intf)
         Path(getattr(self, "notify", "/nonexistent")).unlink(missing_ok=True)
         super().stop(deleteIntfs)
 
@@ -268,12 +267,8 @@ class Bmv2DataPlane(DataPlane):
         # bmv2's queue must be the only one between the hosts: no qdisc may hold
         # packets on the switch's veth ends (two buffers in series).
         for p in self.ports:
-            kinds = {q["kind"] for q in json.loads(subprocess.run(
-                ["tc", "-j", "qdisc", "show", "dev", p.name], capture_output=True, text=True,
-                check=True).stdout or "[]")}
-            if kinds - {"noqueue"}:
-                subprocess.run(["tc", "qdisc", "replace", "dev", p.name, "root", "noqueue"],
-                               check=True, capture_output=True)
+            if {q["kind"] for q in netdev.qdiscs(p.name)} - {"noqueue"}:
+                netdev.run("tc", "qdisc", "replace", "dev", p.name, "root", "noqueue")
         scripts = []
         client = getattr(topo, "client", None)
         for sw in self.switches:

@@ -15,21 +15,17 @@ burst leave at memory speed and the queue would never fill as on a real port.
 """
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pandas as pd
 from mininet.node import Switch
 
+from .. import netdev
+from ..netdev import WIRE_OVERHEAD
 from ..probe import MissingFeature
 from ..scenario import ETH_HLEN
 from ..telemetry import QdiscTracer
-from . import DataPlane, Port
+from . import DataPlane, switch_ports
 
 BURST_FRAMES = 4        # HTB bucket depth, in full frames
-# Bytes a frame occupies on real Ethernet beyond what the kernel counts (preamble 8,
-# FCS 4, inter-frame gap 12): with it, 1 Gbit/s carries at most 1448/1538 = 94.1% payload.
-WIRE_OVERHEAD = 24
 LEAF_RATE_SHARE = 1e-3  # guaranteed rate of a class; the rest is borrowed in prio order
 
 
@@ -43,31 +39,16 @@ class KernelBridge(Switch):
         Switch.__init__(self, name, **params)
 
     def start(self, controllers):
-        cmds = [f"ip link add name {self.name} type bridge stp_state 0 forward_delay 0 "
-                f"mcast_snooping 0 ageing_time 30000"]
-        cmds += [f"ip link set dev {i.name} master {self.name}" for i in self.intfList() if i.name != "lo"]
-        cmds += [f"ip link set dev {i.name} up" for i in self.intfList() if i.name != "lo"]
-        cmds.append(f"ip link set dev {self.name} up")
-        _batch_ip([c[3:] for c in cmds])
+        ports = [i.name for i in self.intfList() if i.name != "lo"]
+        netdev.batch("ip", [f"link add name {self.name} type bridge stp_state 0 forward_delay 0 "
+                            "mcast_snooping 0 ageing_time 30000",
+                            *(f"link set dev {p} master {self.name}" for p in ports),
+                            *(f"link set dev {p} up" for p in ports),
+                            f"link set dev {self.name} up"])
 
     def stop(self, deleteIntfs=True):
-        subprocess.run(["ip", "link", "del", self.name], capture_output=True)
+        netdev.delete_link(self.name)
         super().stop(deleteIntfs)
-
-
-def _batch_ip(lines: list[str]) -> None:
-    r = subprocess.run(["ip", "-batch", "-"], input="\n".join(lines) + "\n", text=True, capture_output=True)
-    if r.returncode:
-        raise RuntimeError(f"ip -batch failed: {r.stderr.strip()}")
-
-
-def run_tc_batch(lines: list[str], ns: str | None = None) -> None:
-    cmd = ["tc", "-batch", "-"]
-    if ns:
-        cmd = ["ip", "netns", "exec", ns, *cmd]
-    r = subprocess.run(cmd, input="\n".join(lines) + "\n", text=True, capture_output=True)
-    if r.returncode:
-        raise RuntimeError(f"tc -batch failed: {r.stderr.strip()}")
 
 
 def htb_burst(mtu: int) -> int:
@@ -102,33 +83,9 @@ def port_tc_commands(dev: str, scenario) -> list[str]:
     return lines
 
 
-def interface_ifindexes() -> dict[str, int]:
-    out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True, check=True).stdout
-    return {link["ifname"]: link["ifindex"] for link in json.loads(out)}
-
-
-def switch_ports(net) -> list[Port]:
-    """Every switch port of a started Mininet network, with the node at its far end."""
-    index = interface_ifindexes()
-    ports = []
-    for sw in net.switches:
-        for intf, number in sorted(sw.ports.items(), key=lambda kv: kv[1]):
-            if intf.name == "lo" or intf.link is None:
-                continue
-            other = intf.link.intf2 if intf.link.intf1 is intf else intf.link.intf1
-            ports.append(Port(switch=sw.name, name=intf.name, number=number,
-                              peer=other.node.name, ifindex=index[intf.name]))
-    return ports
-
-
-def offloads_off_commands(dev: str) -> str:
-    # Without this the queues hold 64 KB GSO/GRO super-packets and a 32 KB buffer
-    # drops nearly everything.
-    return f"ethtool -K {dev} tso off gso off gro off 2>/dev/null"
-
-
 class LinuxDataPlane(DataPlane):
     name = "linux"
+    port_burst_frames = BURST_FRAMES
 
     @classmethod
     def require(cls, features, scenario) -> list[str]:
@@ -151,13 +108,12 @@ class LinuxDataPlane(DataPlane):
 
     def configure(self, net, topo) -> None:
         self.ports = switch_ports(net)
-        script = "; ".join(offloads_off_commands(p.name) for p in self.ports)
-        subprocess.run(["sh", "-c", script], check=False)
+        netdev.offloads_off([p.name for p in self.ports])
         lines = []
         for p in self.ports:
             lines += port_tc_commands(p.name, self.scenario)
         self.tc_script = "\n".join(lines) + "\n"
-        run_tc_batch(lines)
+        netdev.batch("tc", lines)
 
     def artifacts(self) -> dict[str, str]:
         return {"switch.tc": self.tc_script} if self.ports else {}
@@ -167,9 +123,7 @@ class LinuxDataPlane(DataPlane):
         limits = self.scenario.switch.class_limits(self.scenario.link.mtu)
         unit = "bytes" if self.scenario.switch.buffer is not None else "packets"
         for p in self.ports:
-            out = subprocess.run(["tc", "-s", "-j", "qdisc", "show", "dev", p.name],
-                                 capture_output=True, text=True, check=True).stdout
-            for q in json.loads(out):
+            for q in netdev.qdiscs(p.name, stats=True):
                 handle = int(q["handle"].rstrip(":"), 16)
                 if q["kind"] not in ("bfifo", "pfifo") or not 0x10 <= handle < 0x18:
                     continue
