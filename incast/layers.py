@@ -14,7 +14,9 @@ from scapy.fields import BitField, ByteEnumField, ByteField, IntField, ShortFiel
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, bind_layers
 
-ETHERTYPE_TELEMETRY = 0x88B5
+from . import p4program
+
+ETHERTYPE_TELEMETRY = p4program.constants()["ETHERTYPE_TELEMETRY"]
 PAUSE_DST = "01:80:c2:00:00:01"
 EVENTS = {0: "dequeue", 1: "drop"}
 

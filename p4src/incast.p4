@@ -39,6 +39,8 @@ const bit<32> NPORTS = 512;
 const bit<32> NQUEUES = 4096;                   /* NPORTS * 8 classes */
 const bit<32> TELEMETRY_SESSION = 1;            /* mirror session to the collector port */
 const bit<32> PAUSE_MC_SESSION = 2;             /* mirror session to multicast group 2: every host port */
+/* A telemetry frame: its Ethernet header, the record, the packet's Ethernet/IPv4/TCP headers. */
+const bit<32> TELEMETRY_FRAME_BYTES = 14 + 68 + 14 + 20 + 20;
 const bit<8>  FL_CLONE = 1;                     /* field list preserved in clones: @field_list(1) */
 
 const bit<8> CLONE_NONE = 0;
@@ -499,7 +501,7 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         hdr.tel.flow_hash = meta.flow_hash;
         hdr.tel.saddr = meta.saddr;
         hdr.tel.daddr = meta.daddr;
-        truncate(14 + 68 + 14 + 20 + 20);   /* record + the packet's Ethernet/IPv4/TCP headers */
+        truncate(TELEMETRY_FRAME_BYTES);
     }
 
     /* An XON replica goes only to a port that is paused; it ends that pause. */

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from mininet.node import Switch
 
-from .. import netdev
+from .. import netdev, p4program
 from ..netdev import WIRE_OVERHEAD
 from ..probe import MissingFeature
 from ..scenario import ETH_HLEN
@@ -38,17 +38,18 @@ from ..telemetry import TelemetryResult, _ip_key, _typed, empty_table
 from . import DataPlane, Port, switch_ports
 
 REPO = Path(__file__).resolve().parents[2]
-P4_SOURCE = REPO / "p4src" / "incast.p4"
+P4_SOURCE = p4program.SOURCE
 BUILD_DIR = REPO / "build" / "p4"
 MIN_VERSION = (1, 15, 1)          # per-priority queue depth/rate and the priority fix
 PRIORITY_QUEUES = 8
 TELEMETRY_PORT = 510
-TELEMETRY_SESSION = 1
-PAUSE_MC_SESSION = 2
-TELEMETRY_FRAME = 14 + 68 + 14 + 20 + 20   # the P4 program's truncate() length
+# Shared with the P4 program: read from its source (incast.p4program).
+TELEMETRY_SESSION = p4program.constants()["TELEMETRY_SESSION"]
+PAUSE_MC_SESSION = p4program.constants()["PAUSE_MC_SESSION"]
+TELEMETRY_FRAME = p4program.constants()["TELEMETRY_FRAME_BYTES"]
+ETHERTYPE_TELEMETRY = p4program.constants()["ETHERTYPE_TELEMETRY"]
+CFG = p4program.config_registers()
 THRIFT_BASE_PORT = 9090
-CFG = {"switch_id": 0, "pause_on": 1, "xoff": 2, "xon": 3, "quanta": 4, "pause_us": 5,
-       "refresh_us": 6, "tel_mode": 7, "tel_n": 8, "tel_threshold": 9, "tel_delta": 10, "late_us": 11}
 # A packet that waits longer than this between arriving at bmv2 and entering its egress
 # queue is late: bmv2's input queue, not the P4 buffer, is holding traffic. A run in
 # which more than LATE_SHARE of the packets are late says so.
@@ -375,9 +376,9 @@ class Bmv2Collector:
 
     def start(self, timeout: float = 60.0) -> None:
         for sw in self.switches:
-            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x88B5))
+            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETHERTYPE_TELEMETRY))
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 20)
-            s.bind((sw.collector_intf, 0x88B5))
+            s.bind((sw.collector_intf, ETHERTYPE_TELEMETRY))
             s.settimeout(0.1)
             self.socks.append(s)
             buf: list = []

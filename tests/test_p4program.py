@@ -1,0 +1,31 @@
+"""The Python side and p4src/incast.p4 agree: what they share is read from the P4 source,
+and the one format defined twice (the telemetry record: a P4 header, a Scapy layer) is
+checked field by field. Needs neither p4c nor bmv2."""
+import re
+
+from incast import p4program
+from incast.layers import ETHERTYPE_TELEMETRY, RECORD_SIZE, IncastTelemetry
+from scapy.fields import BitField
+
+
+def test_telemetry_record_matches_the_p4_header():
+    scapy_fields = [(f.name, f.size if isinstance(f, BitField) else 8 * f.sz)
+                    for f in IncastTelemetry.fields_desc]
+    assert scapy_fields == p4program.header("incast_tel_t")
+    assert RECORD_SIZE * 8 == sum(bits for _, bits in p4program.header("incast_tel_t"))
+
+
+def test_shared_constants_come_from_the_p4_source():
+    c = p4program.constants()
+    assert ETHERTYPE_TELEMETRY == c["ETHERTYPE_TELEMETRY"] == 0x88B5
+    # the truncated clone: Ethernet + record + the packet's Ethernet/IPv4/TCP headers
+    assert c["TELEMETRY_FRAME_BYTES"] == 14 + RECORD_SIZE + 14 + 20 + 20
+
+
+def test_every_config_register_is_read_by_the_program_and_fits():
+    source = p4program.SOURCE.read_text()
+    size = int(re.search(r"register<bit<32>>\((\d+)\)\s+cfg;", source).group(1))
+    regs = p4program.config_registers()
+    assert len(set(regs.values())) == len(regs) and max(regs.values()) < size
+    for name in regs:
+        assert re.search(rf"cfg\.read\(\w+,\s*CFG_{name.upper()}\)", source), f"CFG_{name.upper()} is never read"
