@@ -13,14 +13,12 @@ web server's multiget of a page's objects has). Output, one line each, on stdout
 Standard library only, so it runs unchanged in any host (namespace, container, VM).
 """
 import argparse
-import os
 import random
 import selectors
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from incast_client import connect_all  # noqa: E402
+from incast_client import connect_all  # beside this file: Python puts a script's directory on its path
 
 END = b"END\r\n"
 

@@ -12,10 +12,8 @@ import json
 import os
 import socket
 import struct
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tcpinfo  # noqa: E402
+import tcpinfo  # beside this file: Python puts a script's directory on its path
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20

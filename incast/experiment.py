@@ -209,9 +209,7 @@ def run_in_vm(scenario: Scenario, out: Path, log=lambda msg: None, unique_out: b
     VM's writable share and land at out like any run's."""
     import shutil
     import tempfile
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from hosts.vm import qemu
+    from .vm import qemu
     from .probe import MissingFeature
     from .results import Claim
     if qemu.qemu_binary() is None:

@@ -1,4 +1,4 @@
-"""The VM kernels of kernels/build.sh, booted in QEMU (hosts/vm/qemu.py).
+"""The VM kernels of kernels/build.sh, booted in QEMU (incast/vm/qemu.py).
 
 The stock kernel retransmits on jiffies: with tcp_rto_min_us=200 its RTO is still at
 least two jiffies and no timeout fires sooner than one jiffy (4 ms at HZ=250). The
@@ -23,8 +23,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from hosts.vm import qemu  # noqa: E402
+from incast.vm import qemu
 
 pytestmark = pytest.mark.network
 

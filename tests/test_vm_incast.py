@@ -8,8 +8,7 @@ import pytest
 
 from conftest import REPO, needs_root, run_json
 
-sys.path.insert(0, str(REPO))
-from hosts.vm import qemu  # noqa: E402
+from incast.vm import qemu
 
 pytestmark = [needs_root, pytest.mark.network, pytest.mark.scenario]
 

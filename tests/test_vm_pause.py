@@ -9,8 +9,7 @@ import pytest
 
 from conftest import REPO, needs_root
 
-sys.path.insert(0, str(REPO))
-from hosts.vm import qemu  # noqa: E402
+from incast.vm import qemu
 
 pytestmark = [needs_root, pytest.mark.network]
 

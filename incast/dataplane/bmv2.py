@@ -15,7 +15,6 @@ configured over Thrift (simple_switch_CLI), not P4Runtime.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil

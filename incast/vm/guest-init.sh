@@ -1,5 +1,5 @@
 #!/bin/bash
-# PID 1 of an incast VM (hosts/vm/qemu.py boots the kernel with
+# PID 1 of an incast VM (incast/vm/qemu.py boots the kernel with
 # init=/bin/bash -- <this file>). The root filesystem is the host's, read-only
 # over 9p; everything writable is tmpfs, except the results share (9p tag
 # "results", mounted at /run/incast-vm/results), where the host left

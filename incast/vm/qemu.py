@@ -4,19 +4,19 @@
 The guest's root filesystem is the host's own, shared read-only over 9p (so every
 program, the repository and /opt/incast/venv are there, at the same paths); /tmp,
 /run, /var/tmp and /dev/shm are tmpfs. A second 9p share carries the command in and
-the results out. hosts/vm/guest-init.sh is the guest's PID 1: it mounts proc, sys,
+the results out. guest-init.sh (beside this file) is the guest's PID 1: it mounts proc, sys,
 devtmpfs, tracefs, debugfs, bpffs and cgroup2, runs the command, writes its output
 and exit status to the results share, and powers the VM off.
 
 As a module::
 
-    from hosts.vm import qemu
+    from incast.vm import qemu
     r = qemu.run("sysctl net.ipv4.tcp_rto_hrtimer", kernel="hrtimer", timeout=300)
     r.returncode, r.output, r.results_dir   # the guest command's status and output
 
 As a command (run as root; prints the guest command's output, exits with its status)::
 
-    python3 hosts/vm/qemu.py --kernel hrtimer [--results DIR] [--timeout S] -- CMD [ARG...]
+    python3 -m incast.vm.qemu --kernel hrtimer [--results DIR] [--timeout S] -- CMD [ARG...]
 
 ``kernel`` is ``stock`` or ``hrtimer`` (the bzImage that kernels/build.sh built for
 the current inputs) or the path of any bzImage with virtio, 9p and tmpfs built in.
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
+REPO = HERE.parent.parent      # the checkout: kernels/ builds what the VMs boot
 GUEST_INIT = HERE / "guest-init.sh"
 BUILD_SH = REPO / "kernels" / "build.sh"
 QEMU = "qemu-system-x86_64"
@@ -287,7 +287,7 @@ def _read(p: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="example: hosts/vm/qemu.py --kernel hrtimer -- "
+                                 epilog="example: python3 -m incast.vm.qemu --kernel hrtimer -- "
                                         "sysctl net.ipv4.tcp_rto_hrtimer")
     ap.add_argument("--kernel", default="stock", help="stock, hrtimer, or a bzImage path")
     ap.add_argument("--results", help="results directory (default: a new one under /tmp)")
@@ -308,21 +308,21 @@ def main(argv: list[str] | None = None) -> int:
         r = run(command, a.kernel, results_dir=a.results, timeout=a.timeout, cpus=a.cpus,
                 memory_mb=a.memory, accel=a.accel, append=a.append)
     except VMError as e:
-        print(f"qemu.py: {e}", file=sys.stderr)
+        print(f"incast.vm.qemu: {e}", file=sys.stderr)
         return 125
     except _Signalled as e:
-        print(f"qemu.py: stopped by signal {e.args[0]}; QEMU killed", file=sys.stderr)
+        print(f"incast.vm.qemu: stopped by signal {e.args[0]}; QEMU killed", file=sys.stderr)
         return 128 + e.args[0]
     except KeyboardInterrupt:
-        print("qemu.py: interrupted; QEMU killed", file=sys.stderr)
+        print("incast.vm.qemu: interrupted; QEMU killed", file=sys.stderr)
         return 130
     if a.console:
         sys.stderr.write(r.console)
     sys.stdout.write(r.output)
-    print(f"qemu.py: {r.guest.get('kernel-release', '?')} ({r.accel}), {r.elapsed:.1f} s, "
+    print(f"incast.vm.qemu: {r.guest.get('kernel-release', '?')} ({r.accel}), {r.elapsed:.1f} s, "
           f"results in {r.results_dir}" + (", TIMED OUT" if r.timed_out else ""), file=sys.stderr)
     if r.returncode is None:
-        print("qemu.py: the guest command did not finish; console tail:\n" + r.console[-2000:],
+        print("incast.vm.qemu: the guest command did not finish; console tail:\n" + r.console[-2000:],
               file=sys.stderr)
         return 124 if r.timed_out else 125
     return r.returncode
