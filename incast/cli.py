@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 from . import scenario as scn
@@ -121,6 +122,30 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from tqdm import tqdm
+
+    from . import sweep
+    data, overrides = scenario_from_args(args)
+    file_grid = tomllib.loads(Path(args.scenario_file).read_text()).get("sweep") if args.scenario_file else None
+    grid = sweep.parse_grid(args.grid, file_grid)
+    points = sweep.expand(data, overrides, grid)
+    out = Path(args.out) if args.out else Path("results") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    def log(message):   # warnings and the auto rate always; the rest with -v
+        if args.verbose or message.startswith(("warning:", "link.rate auto")):
+            tqdm.write(message, file=sys.stderr)
+    t_start = time.monotonic()
+    quiet = not sys.stderr.isatty() and not args.verbose
+    # A default name is made unique (two sweeps in the same second); --out is the user's.
+    result = sweep.run_sweep(points, grid, args.repeat, out, unique=not args.out,
+                             meta={"base": data, "overrides": overrides}, log=log,
+                             progress=lambda runs: tqdm(runs, unit="run", file=sys.stderr, disable=quiet))
+    final = result.final
+    print(f"{result.runs - result.failures}/{result.runs} runs in {time.monotonic() - t_start:.0f} s "
+          f"-> {final}/sweep.parquet, {final}/goodput.png")
+    return 1 if result.failures else 0
+
+
 def cmd_cleanup(args) -> int:
     from .resources import cleanup_all
     removed = cleanup_all()
@@ -150,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="runs per grid point (fresh network, seed+r each); the plot shows their spread")
     p.add_argument("--out", help="sweep directory to create (default results/sweep-<time>)")
     p.add_argument("-v", "--verbose", action="store_true")
-    p.set_defaults(func=lambda a: __import__("incast.sweep", fromlist=["cmd_sweep"]).cmd_sweep(a))
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("telemetry", help="plot queue occupancy of a run at its bottleneck port")
     p.add_argument("run_dir")

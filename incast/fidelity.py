@@ -198,7 +198,7 @@ def cpu_use(before: list[list[int]] | None, after: list[list[int]] | None) -> di
     the busiest one (one flow's packets are processed mostly on one CPU)."""
     if not before or not after:
         return {}
-    busy, steal, total_all, idle_all, steal_all = [], [], 0, 0, 0
+    busy, total_all, idle_all, steal_all = [], 0, 0, 0
     for b, a in zip(before, after):
         d = [x - y for x, y in zip(a, b)]
         total = sum(d) or 1

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
-import time
-import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -86,63 +84,48 @@ def _resolve_auto(points, resolve, say) -> tuple[list, str]:
     if not auto:
         return points, ""
     most = max(s.topology.senders for s in auto)
-    rate = resolve(auto[0], lambda m: say(m) if m.startswith("warning:") else None, senders=most).link.rate
+    rate = resolve(auto[0], say, senders=most).link.rate
     say(f"link.rate auto: {rate / 1e6:g} Mbit/s (faithful on this machine up to {most} senders)")
     fixed = [(v, s if s.link.rate != "auto" else s.model_copy(
         update={"link": s.link.model_copy(update={"rate": rate})})) for v, s in points]
     return fixed, f" (auto rate, faithful here for {most} servers)"
 
 
-def cmd_sweep(args) -> int:
-    from tqdm import tqdm
-
-    from .cli import scenario_from_args
-    from .experiment import resolve_auto_rate, run
-    from .plots import plot_sweep
-
-    data, overrides = scenario_from_args(args)
-    file_grid = None
-    if args.scenario_file:
-        file_grid = tomllib.loads(Path(args.scenario_file).read_text()).get("sweep")
-    grid = parse_grid(args.grid, file_grid)
-    points = expand(data, overrides, grid)
-    repeats = args.repeat
+def _repeated(points, repeats: int) -> list:
+    """Each repetition is a run of its own (a fresh network), with its own seed."""
     if repeats < 1:
         raise scn.ScenarioError("--repeat: at least 1")
-    final = Path(args.out) if args.out else Path("results") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
-    # An existing --out is refused (exit 2); a default name is made unique (two sweeps in the same second); --out is the user's.
-    claim = Claim(final, unique=not args.out)
+    return [({**values, "repeat": r}, s if r == 0 else s.model_copy(
+                update={"workload": s.workload.model_copy(update={"seed": s.workload.seed + r})}))
+            for values, s in points for r in range(repeats)]
+
+
+@dataclass
+class SweepOutcome:
+    final: Path
+    runs: int
+    failures: int
+
+
+def run_sweep(points, grid: dict, repeats: int, out: Path, unique: bool, meta: dict,
+              log=lambda msg: None, progress=lambda points: points) -> SweepOutcome:
+    """Run every (values, scenario) point `repeats` times into a sweep directory at out
+    (unique: or out-2, ... if another sweep has it). progress wraps the list of runs
+    (a tqdm bar, say). One failed run does not lose the others."""
+    from .experiment import resolve_auto_rate
+    from .plots import plot_sweep
+    _repeated(points, repeats)          # a bad --repeat fails before anything is claimed
+    claim = Claim(out, unique=unique)   # an existing out is refused (exit 2)
     final, work = claim.final, claim.path
     (work / "runs").mkdir()
-    (work / "sweep.json").write_text(json.dumps({"grid": grid, "base": data, "overrides": overrides}, indent=2))
-    points, auto_note = _resolve_auto(points, resolve_auto_rate, lambda m: print(m, file=sys.stderr))
-    # Each repetition is a run of its own (a fresh network), with its own seed.
-    points = [({**values, "repeat": r}, s if r == 0 else s.model_copy(
-                  update={"workload": s.workload.model_copy(update={"seed": s.workload.seed + r})}))
-              for values, s in points for r in range(repeats)]
-    rows, failures = [], 0
-    def log(message):   # warnings always; the rest with -v
-        if args.verbose or message.startswith("warning:"):
-            tqdm.write(message, file=sys.stderr)
-    t_start = time.monotonic()
-    bar = tqdm(points, unit="run", file=sys.stderr, disable=not sys.stderr.isatty() and not args.verbose)
+    (work / "sweep.json").write_text(json.dumps({"grid": grid, **meta}, indent=2))
+    points, auto_note = _resolve_auto(points, resolve_auto_rate, log)
+    rows = []
+    bar = progress(_repeated(points, repeats))
     for i, (values, s) in enumerate(bar):
-        bar.set_description(s.describe())
-        run_dir = work / "runs" / f"{i:03d}-{_label(values)}"
-        row = {k.split(".")[-1]: v for k, v in values.items()}
-        row["senders"] = s.topology.senders   # the x axis, numeric even when a run fails
-        try:
-            outcome = run(s, run_dir, log=log)
-            row.update(flat_summary(outcome.summary))
-            row["run_dir"] = str(final / "runs" / run_dir.name)
-            bar.set_postfix(goodput=f"{outcome.summary['goodput_mbps']:.0f}Mbps")
-        except KeyboardInterrupt:
-            raise
-        except Exception as e:  # one bad point does not lose the others
-            failures += 1
-            row["error"] = str(e)
-            log(f"run {i} failed: {e}")
-        rows.append(row)
+        if hasattr(bar, "set_description"):
+            bar.set_description(s.describe())
+        rows.append(_run_point(i, values, s, work, final, log, bar))
         pd.DataFrame(rows).to_parquet(work / "sweep.parquet", index=False)
     table = pd.DataFrame(rows)
     if "goodput_mbps" in table:
@@ -150,7 +133,23 @@ def cmd_sweep(args) -> int:
         plot_sweep(table, work / "goodput.png", title=points[0][1].describe(omit=varied) + auto_note,
                    axes=[n.split(".")[-1] for n in grid])   # repeats become error bars
     claim.finalize()
-    # Paths inside the table now point at the final location.
-    elapsed = time.monotonic() - t_start
-    print(f"{len(rows) - failures}/{len(rows)} runs in {elapsed:.0f} s -> {final}/sweep.parquet, {final}/goodput.png")
-    return 1 if failures else 0
+    return SweepOutcome(final, len(rows), sum("error" in r for r in rows))
+
+
+def _run_point(i: int, values: dict, s, work: Path, final: Path, log, bar) -> dict:
+    from .experiment import run
+    run_dir = work / "runs" / f"{i:03d}-{_label(values)}"
+    row = {k.split(".")[-1]: v for k, v in values.items()}
+    row["senders"] = s.topology.senders   # the x axis, numeric even when a run fails
+    try:
+        outcome = run(s, run_dir, log=log)
+        row.update(flat_summary(outcome.summary))
+        row["run_dir"] = str(final / "runs" / run_dir.name)   # where it is once the sweep is done
+        if hasattr(bar, "set_postfix"):
+            bar.set_postfix(goodput=f"{outcome.summary['goodput_mbps']:.0f}Mbps")
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # one bad point does not lose the others
+        row["error"] = str(e)
+        log(f"run {i} failed: {e}")
+    return row
