@@ -53,12 +53,7 @@ def load_topology(kind: str, senders: int):
     return module.topos[kind](senders=senders)
 
 
-def resolve_rto_min(scenario: Scenario, features: Features) -> int:
-    rto = scenario.tcp.rto_min
-    return features.lowest_rto_min_us if rto == "min" else rto
-
-
-def environment(features: Features, scenario: Scenario, rto_min_us: int) -> dict:
+def environment(features: Features, scenario: Scenario, tcp: hostconfig.TcpProfile) -> dict:
     import mininet.net
     versions = {"python": platform.python_version(), "mininet": mininet.net.VERSION,
                 "pandas": pd.__version__, "bpftrace": features.bpftrace}
@@ -70,9 +65,7 @@ def environment(features: Features, scenario: Scenario, rto_min_us: int) -> dict
     versions["iproute2"] = netdev.version()
     return {
         "kernel": features.kernel, "hz": features.hz, "jiffy_us": features.jiffy_us,
-        "rto_min_us": rto_min_us,
-        "rto_floor_us": features.effective_rto_floor(
-            rto_min_us, features.hrtimer_rto and scenario.tcp.hrtimer_rto is not False),
+        "rto_min_us": tcp.rto_min_us, "rto_floor_us": tcp.rto_floor_us, "hrtimer_rto": tcp.hrtimer,
         "dataplane": scenario.dataplane, "machine": platform.machine(),
         "cpus": len(os.sched_getaffinity(0)),
         "versions": versions, "features": features.as_dict(),
@@ -253,19 +246,19 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None,
         features = probe()
         for note in require(features, scenario):
             log(note)
-        rto_min_us = resolve_rto_min(scenario, features)
+        tcp = hostconfig.TcpProfile.resolve(scenario, features)
     except BaseException:
         results.claim.abandon()
         raise
     results.write_text("scenario.toml", to_toml(scenario))
-    env = environment(features, scenario, rto_min_us)
+    env = environment(features, scenario, tcp)
     results.write_json("environment.json", env)
     dp = dataplanes.get(scenario.dataplane)(scenario, features)
     dp.log_dir = results.path
     with resources.Run() as res:
-        lab = _build(scenario, features, rto_min_us, dp, res, results, log)
+        lab = _build(scenario, features, tcp, dp, res, results, log)
         m = _measure(scenario, features, dp, res, lab, results, progress, log)
-    summary = _summary(scenario, dp, lab, m, env, rto_min_us, auto_rate, results, calibrating, log)
+    summary = _summary(scenario, dp, lab, m, tcp, auto_rate, results, calibrating, log)
     _write_tables(results, m)
     results.write_json("summary.json", summary)
     final = results.finalize()
@@ -301,7 +294,7 @@ class _Measured:
     telemetry_lost: int | None
 
 
-def _build(scenario, features, rto_min_us, dp, res, results, log) -> _Lab:
+def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     # Imported late: Mininet is heavy and only needed once a network is built.
     from mininet.link import Link
     from mininet.log import setLogLevel
@@ -322,7 +315,7 @@ def _build(scenario, features, rto_min_us, dp, res, results, log) -> _Lab:
     client = net.get(topo.client)
     servers = [net.get(s) for s in topo.servers]
     res.name_host_netns({h.name: h.pid for h in net.hosts})
-    hostconfig.configure_hosts(net.hosts, scenario, rto_min_us, features)
+    hostconfig.configure_hosts(net.hosts, scenario, tcp, features)
     dp.configure(net, topo)
     for name, text in dp.artifacts().items():
         results.write_text(name, text)
@@ -443,12 +436,11 @@ def _stop_pause_agents(agents, dp) -> dict:
     return pause
 
 
-def _summary(scenario, dp, lab: _Lab, m: _Measured, env, rto_min_us, auto_rate, results, calibrating,
-             log) -> dict:
+def _summary(scenario, dp, lab: _Lab, m: _Measured, tcp, auto_rate, results, calibrating, log) -> dict:
     summary = summarize(m.blocks, m.counters, m.queues, m.telemetry, m.telemetry_lost, scenario.link.rate,
                         scenario.topology.senders, lab.bottleneck.name)
-    summary.update({"dataplane": scenario.dataplane, "cc": scenario.tcp.cc, "rto_min_us": rto_min_us,
-                    "rto_floor_us": env["rto_floor_us"], "bottleneck_port": lab.bottleneck.name,
+    summary.update({"dataplane": scenario.dataplane, "cc": tcp.cc, "rto_min_us": tcp.rto_min_us,
+                    "rto_floor_us": tcp.rto_floor_us, "bottleneck_port": lab.bottleneck.name,
                     "build_s": round(lab.build_s, 3), "repetitions": scenario.workload.repetitions,
                     "backlog_drops": m.backlog_drops, "link_rate_auto": auto_rate,
                     "run_dir": str(results.final)})

@@ -12,6 +12,7 @@ losses happen only at the switch.
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass
 
 from . import dataplane as dataplanes
 from .netdev import WIRE_OVERHEAD, offloads_off_command, tx_checksum_off_command
@@ -32,8 +33,27 @@ NIC_TIMER_SLACK_US = 1000
 NIC_SLACK_FRAMES_MAX = 8
 
 
-def tcp_sysctls(scenario, rto_min_us: int, features) -> dict[str, str]:
-    tcp = scenario.tcp
+@dataclass(frozen=True)
+class TcpProfile:
+    """The hosts' TCP as the scenario asks for it and this kernel can give it, resolved
+    once: what the hosts are configured with is what the results report."""
+    cc: str
+    rto_min_us: int         # tcp.rto_min, with "min" replaced by the lowest this kernel accepts
+    hrtimer: bool           # retransmission timers in microseconds (the hrtimer kernel)
+    rto_floor_us: int       # the shortest timeout the kernel will actually wait
+    sysctls: dict           # per-namespace sysctls
+    route_metrics: str      # per-route options ("" for none)
+
+    @classmethod
+    def resolve(cls, scenario, features) -> "TcpProfile":
+        tcp = scenario.tcp
+        rto_min_us = features.lowest_rto_min_us if tcp.rto_min == "min" else tcp.rto_min
+        hrtimer = bool(features.hrtimer_rto and tcp.hrtimer_rto is not False)
+        return cls(tcp.cc, rto_min_us, hrtimer, features.effective_rto_floor(rto_min_us, hrtimer),
+                   _sysctls(tcp, rto_min_us, features), _route_metrics(tcp, rto_min_us, features))
+
+
+def _sysctls(tcp, rto_min_us: int, features) -> dict[str, str]:
     s = {
         # Set explicitly: the machine's default may be anything (bbr here).
         "net.ipv4.tcp_congestion_control": tcp.cc,
@@ -55,12 +75,12 @@ def tcp_sysctls(scenario, rto_min_us: int, features) -> dict[str, str]:
     return s
 
 
-def route_metrics(scenario, rto_min_us: int, features) -> str:
+def _route_metrics(tcp, rto_min_us: int, features) -> str:
     opts = []
-    if not scenario.tcp.delayed_ack:
+    if not tcp.delayed_ack:
         opts.append("quickack 1")      # the receiver ACKs every segment at once
-    if scenario.tcp.initcwnd:
-        opts.append(f"initcwnd {scenario.tcp.initcwnd}")
+    if tcp.initcwnd:
+        opts.append(f"initcwnd {tcp.initcwnd}")
     if not features.rto_min_us_sysctl:
         opts.append(f"rto_min {max(1, rto_min_us // 1000)}ms")
     return " ".join(opts)
@@ -138,11 +158,11 @@ def pause_agent_args(dev: str, scenario, features=None) -> list[str]:
     return args
 
 
-def host_script(host, scenario, rto_min_us: int, features) -> str:
+def host_script(host, scenario, tcp: TcpProfile, features) -> str:
     intf = host.defaultIntf().name
     ip = host.IP()
-    sysctls = " ".join(f"{k}={v}" for k, v in tcp_sysctls(scenario, rto_min_us, features).items())
-    metrics = route_metrics(scenario, rto_min_us, features)
+    sysctls = " ".join(f"{k}={v}" for k, v in tcp.sysctls.items())
+    metrics = tcp.route_metrics
     lines = [
         "set -e",
         f"sysctl -q -w {sysctls}",
@@ -165,10 +185,10 @@ def host_popen(host, cmd: list[str], **kwargs) -> subprocess.Popen:
     return subprocess.Popen(["nsenter", f"--net=/proc/{host.pid}/ns/net", "--", *cmd], **kwargs)
 
 
-def configure_hosts(hosts, scenario, rto_min_us: int, features) -> None:
+def configure_hosts(hosts, scenario, tcp: TcpProfile, features) -> None:
     """Apply the TCP profile and the NIC to every host (in parallel); raise with the
     first host's error."""
-    procs = [(h, host_popen(h, ["sh", "-c", host_script(h, scenario, rto_min_us, features)],
+    procs = [(h, host_popen(h, ["sh", "-c", host_script(h, scenario, tcp, features)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
              for h in hosts]
     failed = []

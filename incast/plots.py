@@ -12,13 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-SUMMARY_COLUMNS = {"goodput_mbps", "link_mbps", "senders", "blocks", "block_ms_p50", "block_ms_p99",
-                   "block_ms_max", "timeouts", "retransmits", "drops", "bottleneck_drops",
-                   "max_queue_bytes", "telemetry_records", "telemetry_lost", "dataplane", "cc",
-                   "rto_min_us", "rto_floor_us", "bottleneck_port", "build_s", "repetitions",
-                   "run_dir", "error", "backlog_drops", "repeat", "link_rate_auto", "fidelity_ok",
-                   "fidelity_reasons", "fidelity_min_service_ratio", "fidelity_cpu_busy",
-                   "fidelity_cpu_busy_max", "fidelity_timer_late_us_p99"}
+from .results import ROW_FIELDS  # noqa: E402
 
 
 def plot_sweep(table: pd.DataFrame, out: Path, title: str = "", axes: list[str] | None = None) -> Path:
@@ -27,7 +21,7 @@ def plot_sweep(table: pd.DataFrame, out: Path, title: str = "", axes: list[str] 
     column that is not a summary field)."""
     ok = table[table["goodput_mbps"].notna()] if "goodput_mbps" in table else table.iloc[0:0]
     if axes is None:
-        axes = [c for c in table.columns if c not in SUMMARY_COLUMNS]
+        axes = [c for c in table.columns if c not in ROW_FIELDS]
     axes = [a for a in axes if a not in ("senders", "repeat")]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     if not axes:

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .telemetry import EVENTS, KernelQueueRecorder, TelemetryResult, _ip_key, _typed, empty_table
+from .telemetry import EVENTS, KernelQueueRecorder, TelemetryResult, build_table, empty_table, flow_labels
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BINARY = REPO_ROOT / "build" / "bpf" / "qdisc-trace"
@@ -84,17 +84,7 @@ def decode_records(rec: np.ndarray, t0_ns: int, ports: dict[int, tuple[str, str]
     """Binary records (RECORD_DTYPE) -> the telemetry table, as telemetry.decode_raw makes it."""
     if len(rec) == 0:
         return empty_table()
-    rec = rec[np.argsort(rec["ts_ns"], kind="stable")]
     kind = rec["kind"]
-
-    # Flow names per distinct (saddr, daddr) pair, then spread to the rows.
-    names = {_ip_key(ip): h for ip, h in host_of_ip.items()}
-    pair = (rec["saddr"].astype(np.uint64) << np.uint64(32)) | rec["daddr"].astype(np.uint64)
-    upair, inv = np.unique(pair, return_inverse=True)
-    flow_names = np.array(
-        ["-" if (p >> 32) == 0 else
-         f"{names.get(int(p >> 32), '?')}>{names.get(int(p & 0xFFFFFFFF), '?')}"
-         for p in upair.tolist()], dtype=object)
 
     uif, if_inv = np.unique(rec["ifindex"], return_inverse=True)
     known = [ports.get(int(i), ("?", f"if{int(i)}")) for i in uif]
@@ -104,7 +94,7 @@ def decode_records(rec: np.ndarray, t0_ns: int, ports: dict[int, tuple[str, str]
     ukind, k_inv = np.unique(kind, return_inverse=True)
     event = np.array([EVENTS.get(chr(k), np.nan) for k in ukind], dtype=object)[k_inv]
 
-    df = pd.DataFrame({
+    return build_table({
         "time_us": (rec["ts_ns"].astype(np.int64) - t0_ns) / 1000.0,
         "switch": switch,
         "port": port,
@@ -113,12 +103,11 @@ def decode_records(rec: np.ndarray, t0_ns: int, ports: dict[int, tuple[str, str]
         "packets": rec["packets"],
         "bytes": rec["bytes"],
         "sojourn_us": np.where(kind == ord("D"), rec["sojourn_ns"] / 1000.0, np.nan),
-        "flow": flow_names[inv],
+        "flow": flow_labels(rec["saddr"], rec["daddr"], host_of_ip),
         "pkt_len": rec["pkt_len"],
         "port_packets": rec["port_packets"],
         "port_bytes": rec["port_bytes"],
     })
-    return _typed(df)
 
 
 def read_records(path: Path) -> np.ndarray:

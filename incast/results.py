@@ -28,9 +28,29 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+# The fields every summary.json has (PAUSE and data-plane health fields join them where
+# they apply), and the columns a sweep row adds: the summary's fidelity object
+# flattened, the repetition and a failed run's error. Whatever else a sweep row holds is
+# a grid axis.
 SUMMARY_FIELDS = ["goodput_mbps", "link_mbps", "senders", "blocks", "block_ms_p50",
                   "block_ms_p99", "block_ms_max", "timeouts", "retransmits", "drops",
-                  "max_queue_bytes", "telemetry_records", "telemetry_lost"]
+                  "bottleneck_drops", "max_queue_bytes", "telemetry_records", "telemetry_lost",
+                  "dataplane", "cc", "rto_min_us", "rto_floor_us", "bottleneck_port", "build_s",
+                  "repetitions", "backlog_drops", "link_rate_auto", "run_dir"]
+FIDELITY_COLUMNS = ["min_service_ratio", "cpu_busy", "cpu_busy_max", "timer_late_us_p99"]
+ROW_FIELDS = (SUMMARY_FIELDS + ["fidelity_ok", "fidelity_reasons"]
+              + [f"fidelity_{k}" for k in FIDELITY_COLUMNS] + ["repeat", "error"])
+
+
+def flat_summary(summary: dict) -> dict:
+    """A run's summary as one table row: the fidelity object becomes fidelity_* columns."""
+    row = {k: v for k, v in summary.items() if k != "fidelity"}
+    f = summary.get("fidelity") or {}
+    row["fidelity_ok"] = f.get("ok")
+    row["fidelity_reasons"] = "; ".join(f.get("reasons", []))
+    for k in FIDELITY_COLUMNS:
+        row[f"fidelity_{k}"] = f.get(k)
+    return row
 
 # Linux counts a retransmission timeout under one of these, by the state the
 # connection was in when it fired (tcp_retransmit_timer): TCPTimeouts only when it

@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import scenario as scn
-from .results import Claim
+from .results import Claim, flat_summary
 
 
 def parse_grid(items: list[str], file_grid: dict | None = None) -> dict[str, list]:
@@ -64,17 +64,6 @@ def expand(data: dict, overrides: dict, grid: dict[str, list]) -> list[tuple[dic
 def _label(values: dict) -> str:
     text = "-".join(f"{k.split('.')[-1]}{v}" for k, v in values.items())
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)[:80]
-
-
-def flat_summary(summary: dict) -> dict:
-    """A run's summary as one table row: the fidelity object becomes fidelity_* columns."""
-    row = {k: v for k, v in summary.items() if k != "fidelity"}
-    f = summary.get("fidelity") or {}
-    row["fidelity_ok"] = f.get("ok")
-    row["fidelity_reasons"] = "; ".join(f.get("reasons", []))
-    for k in ("min_service_ratio", "cpu_busy", "cpu_busy_max", "timer_late_us_p99"):
-        row[f"fidelity_{k}"] = f.get(k)
-    return row
 
 
 def _resolve_auto(points, resolve, say) -> tuple[list, str]:

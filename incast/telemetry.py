@@ -56,6 +56,33 @@ def empty_table() -> pd.DataFrame:
     return _typed(df)
 
 
+def build_table(columns: dict | pd.DataFrame) -> pd.DataFrame:
+    """The telemetry table from its columns (exactly COLUMNS): in time order, typed. The
+    one place every recorder's rows (bpftrace, the compiled recorder, the P4
+    collector) become the table, so they cannot drift apart."""
+    names = set(columns.columns if isinstance(columns, pd.DataFrame) else columns)
+    if names != set(COLUMNS):
+        raise ValueError(f"telemetry columns: missing {sorted(set(COLUMNS) - names)}, "
+                         f"unknown {sorted(names - set(COLUMNS))}")
+    df = pd.DataFrame(columns)
+    if df.empty:
+        return empty_table()
+    return _typed(df.sort_values("time_us", kind="stable").reset_index(drop=True))
+
+
+def flow_labels(saddr, daddr, host_of_ip: dict[str, str]) -> np.ndarray:
+    """"server3>client" per row from IPv4 source and destination keys (see _ip_key);
+    "-" where the packet carried no IPv4 (saddr 0), "?" for an address of no host.
+    Named once per distinct pair, then spread to the rows."""
+    names = {_ip_key(ip): h for ip, h in host_of_ip.items()}
+    pair = (np.asarray(saddr).astype(np.uint64) << np.uint64(32)) | np.asarray(daddr).astype(np.uint64)
+    upair, inv = np.unique(pair, return_inverse=True)
+    labels = np.array(["-" if (p >> 32) == 0 else
+                       f"{names.get(int(p >> 32), '?')}>{names.get(int(p & 0xFFFFFFFF), '?')}"
+                       for p in upair.tolist()], dtype=object)
+    return labels[inv.reshape(-1)]
+
+
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
     for c in ("switch", "port", "event", "flow"):
         df[c] = df[c].astype("category")
@@ -316,13 +343,8 @@ def decode_raw(data: bytes, t0_ns: int, ports: dict[int, tuple[str, str]],
     import io
     raw = pd.read_csv(io.BytesIO(b"\n".join(lines)), header=None, names=RAW_COLUMNS,
                       dtype={"kind": "category"}, engine="c")
-    raw = raw.sort_values("ts", kind="stable").reset_index(drop=True)
-    names = {_ip_key(ip): h for ip, h in host_of_ip.items()}
-    src = raw["saddr"].map(names).fillna("?")
-    dst = raw["daddr"].map(names).fillna("?")
-    flow = np.where(raw["saddr"] == 0, "-", src + ">" + dst)
     known = raw["ifindex"].map(lambda i: ports.get(i, ("?", f"if{i}")))
-    df = pd.DataFrame({
+    return build_table({
         "time_us": (raw["ts"].astype("int64") - t0_ns) / 1000.0,
         "switch": [k[0] for k in known],
         "port": [k[1] for k in known],
@@ -331,9 +353,8 @@ def decode_raw(data: bytes, t0_ns: int, ports: dict[int, tuple[str, str]],
         "packets": raw["packets"],
         "bytes": raw["bytes"],
         "sojourn_us": np.where(raw["kind"] == "D", raw["sojourn_ns"] / 1000.0, np.nan),
-        "flow": flow,
+        "flow": flow_labels(raw["saddr"], raw["daddr"], host_of_ip),
         "pkt_len": raw["pkt_len"],
         "port_packets": raw["port_packets"],
         "port_bytes": raw["port_bytes"],
     })
-    return _typed(df)

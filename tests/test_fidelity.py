@@ -8,7 +8,7 @@ import pytest
 from conftest import faithful_rate_bps, incast_cmd, needs_root, run_json
 from incast import fidelity
 from incast.plots import plot_sweep
-from incast.sweep import flat_summary
+from incast.results import flat_summary
 
 
 # --- units ---------------------------------------------------------------------------

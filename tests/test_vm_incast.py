@@ -2,11 +2,10 @@
 microsecond rto_min recovers a synchronized read faster than the stock kernel's lowest
 rto_min (4 ms at HZ=250). Runs where kernels/build.sh has built both kernels for the
 current inputs; skipped otherwise."""
-import sys
 
 import pytest
 
-from conftest import REPO, needs_root, run_json
+from conftest import needs_root, run_json
 
 from incast.vm import qemu
 

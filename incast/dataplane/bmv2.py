@@ -33,7 +33,7 @@ from .. import netdev, p4program
 from ..netdev import WIRE_OVERHEAD
 from ..probe import MissingFeature
 from ..scenario import ETH_HLEN
-from ..telemetry import TelemetryResult, _ip_key, _typed, empty_table
+from ..telemetry import TelemetryResult, build_table, empty_table, flow_labels
 from . import DataPlane, Port, switch_ports
 
 REPO = Path(__file__).resolve().parents[2]
@@ -418,22 +418,17 @@ class Bmv2Collector:
             seq = np.sort(rec["seq"])
             lost += int(seq[-1] - seq[0] + 1 - len(np.unique(seq)))
             tables.append(self._table(sw, rec, recv, t0_ns))
-        table = pd.concat(tables, ignore_index=True) if tables else empty_table()
-        table = table.sort_values("time_us", kind="stable").reset_index(drop=True)
-        return TelemetryResult(table=_typed(table), lost=lost,
+        table = build_table(pd.concat(tables, ignore_index=True)) if tables else empty_table()
+        return TelemetryResult(table=table, lost=lost,
                                notes=[] if lost == 0 else [f"{lost} telemetry records lost"])
 
     def _table(self, sw, rec, recv_ns, t0_ns) -> pd.DataFrame:
         # The switch's clock (us since it started) to CLOCK_MONOTONIC: the smallest
         # difference between a record's arrival and its dequeue time.
         offset_us = float(np.min(recv_ns / 1000.0 - rec["deq_ts"]))
-        names = {_ip_key(ip): h for ip, h in self.host_of_ip.items()}
         # saddr arrives big-endian decoded: turn it into the host-order key bpftrace uses.
-        sa = rec["saddr"].astype(np.uint32).byteswap().astype(np.int64)
-        da = rec["daddr"].astype(np.uint32).byteswap().astype(np.int64)
-        src = pd.Series(sa).map(names).fillna("?")
-        dst = pd.Series(da).map(names).fillna("?")
-        flow = np.where(sa == 0, "-", src + ">" + dst)
+        flow = flow_labels(rec["saddr"].astype(np.uint32).byteswap(), rec["daddr"].astype(np.uint32).byteswap(),
+                           self.host_of_ip)
         port = [self.ports.get((sw.name, int(p)), f"port{int(p)}") for p in rec["egress_port"]]
         drop = rec["event"] == 1
         base = {"switch": sw.name, "port": port, "queue": rec["queue"], "flow": flow,
