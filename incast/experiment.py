@@ -12,7 +12,6 @@ Whatever happens, the run's namespaces, links and processes are removed.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import platform
@@ -27,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from . import dataplane as dataplanes
-from . import fidelity, hostconfig, netdev, resources
+from . import fidelity, hostconfig, netdev, resources, topology
 from . import workload as workloads
 from .probe import Features, probe, require
 from .results import ResultsDir, measured_seconds, one_line, summarize
@@ -36,21 +35,11 @@ from .workload import Block, Hooks
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTS_DIR = REPO / "hosts"
-TOPOLOGIES_DIR = REPO / "topologies"
 STALL_TIMEOUT_S = 300   # no output from the client for this long: the run is wedged
 
 
 class RunFailed(RuntimeError):
     pass
-
-
-def load_topology(kind: str, senders: int):
-    """Instantiate a topology from topologies/<kind>.py (Mininet --custom files)."""
-    path = TOPOLOGIES_DIR / f"{kind}.py"
-    spec = importlib.util.spec_from_file_location(f"incast_topology_{kind}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.topos[kind](senders=senders)
 
 
 def environment(features: Features, scenario: Scenario, tcp: hostconfig.TcpProfile) -> dict:
@@ -307,7 +296,7 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
                               " ".join(features.cc_allowed + [scenario.tcp.cc]))
     res.create_world()
     t_build = time.monotonic()
-    topo = load_topology(scenario.topology.kind, scenario.topology.senders)
+    topo = topology.load(scenario.topology.kind, scenario.topology.senders)
     net = Mininet(topo=topo, switch=dp.switch_class(), controller=None, host=Host, link=Link,
                   build=False, waitConnected=False)
     net.build()

@@ -45,8 +45,16 @@ class _Model(BaseModel):
 
 class Topology(_Model):
     """Which Mininet topology (a file in topologies/) and how many servers answer."""
-    kind: Literal["star"] = "star"
+    kind: str = "star"                          # a file topologies/<kind>.py
     senders: int = Field(1, ge=1, le=256, description="servers answering each block")
+
+    @field_validator("kind")
+    @classmethod
+    def _known_topology(cls, v):
+        from .topology import known
+        if v not in known():
+            raise ValueError(f"unknown topology {v!r}; one of: {', '.join(known())}")
+        return v
 
 
 def _rate_or_auto(value):
@@ -347,7 +355,8 @@ class Scenario(_Model):
         load = " ".join(p for p in (WORKLOADS[w.kind].label, load) if p)
         buf = format_size(s.buffer) if s.buffer is not None else f"{s.buffer_packets}pkt"
         rto = self.tcp.rto_min if self.tcp.rto_min == "min" else format_time_us(self.tcp.rto_min)
-        parts = {"dataplane": "" if self.dataplane == "linux" else f"{self.dataplane} switch",
+        default_plane = type(self).model_fields["dataplane"].default
+        parts = {"dataplane": "" if self.dataplane == default_plane else f"{self.dataplane} switch",
                  "senders": f"{self.topology.senders} senders", "load": load,
                  "rate": "auto rate" if self.link.rate == "auto" else format_rate(self.link.rate),
                  "buffer": f"buffer {buf}/{s.qos.queues}q",
