@@ -333,6 +333,9 @@ class Scenario(_Model):
         if self.switch.buffer_packets is not None and not plane.packet_buffers:
             raise ValueError(f"switch.buffer_packets: the {self.dataplane} data plane limits its queues "
                              "in bytes; give switch.buffer")
+        if self.telemetry.sample != "all" and not plane.telemetry_sampling:
+            raise ValueError(f"telemetry.sample: the {self.dataplane} data plane records every packet "
+                             f"(sampling: {' or '.join(n for n in can if REGISTRY[n].telemetry_sampling)})")
         if self.workload.sizing() == "block" and self.workload.block < self.topology.senders:
             raise ValueError("workload.block is smaller than one byte per server")
         if self.switch.qos.queues > 1 and not WORKLOADS[self.workload.kind].dscp:

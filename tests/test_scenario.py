@@ -106,3 +106,11 @@ def test_bad_toml(tmp_path):
         scn.load_file(f)
     with pytest.raises(ScenarioError, match="no such scenario file"):
         scn.load_file(tmp_path / "missing.toml")
+
+
+def test_what_a_data_plane_cannot_do_is_refused_by_asking_it():
+    with pytest.raises(ScenarioError, match="telemetry.sample: the linux data plane records every packet"):
+        build({}, {"telemetry_sample": "1/10"})
+    assert build({}, {"telemetry_sample": "1/10", "switch": "bmv2"}).telemetry.sample_mode() == (2, 10)
+    with pytest.raises(ScenarioError, match="limits its queues in bytes"):
+        build({}, {"buffer_packets": "20", "switch": "bmv2"})

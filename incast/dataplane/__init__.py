@@ -25,6 +25,7 @@ class Entry:
     packet_buffers: bool = True     # switch.buffer_packets (queues limited in packets)
     calibrated: bool = False        # incast calibrate measures it (link.rate auto)
     host_tx_checksum: bool = False  # hosts must complete checksums (a software switch forwards frames as they are)
+    telemetry_sampling: bool = False  # telemetry.sample other than "all" (records chosen in the switch)
 
 
 # The one place a data plane is registered: the factory, the scenario's allowed values
@@ -32,7 +33,7 @@ class Entry:
 REGISTRY: dict[str, Entry] = {
     "linux": Entry("incast.dataplane.linux", "LinuxDataPlane", "kernel bridge + tc", calibrated=True),
     "bmv2": Entry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True,
-                  packet_buffers=False, host_tx_checksum=True),
+                  packet_buffers=False, host_tx_checksum=True, telemetry_sampling=True),
 }
 
 
