@@ -35,13 +35,15 @@ def connect_all(servers, port, dscps):
     return socks
 
 
-def read_block(socks, fragments, order, sel, buf):
-    """One synchronized read; returns (start_ns, end_ns, index of the last server)."""
-    remaining = {}
+def read_block(socks, requests, sizes, order, sel, buf, tail=b""):
+    """One synchronized read: send every server its request (in order), then read
+    sizes[i] bytes from each; an answer must end with `tail`. Returns (start_ns,
+    end_ns, index of the last server)."""
+    remaining, tails = {}, {}
     start = time.monotonic_ns()
     for i in order:
-        socks[i].sendall(REQUEST.pack(fragments[i]))
-        remaining[socks[i].fileno()] = fragments[i]
+        socks[i].sendall(requests[i])
+        remaining[socks[i].fileno()] = sizes[i]
     index = {s.fileno(): i for i, s in enumerate(socks)}
     last = -1
     while remaining:
@@ -53,10 +55,37 @@ def read_block(socks, fragments, order, sel, buf):
             if n == 0:
                 raise ConnectionError(f"server {index[fd]} closed the connection")
             remaining[fd] -= n
+            if tail:
+                tails[fd] = (tails.get(fd, b"") + bytes(buf[max(0, n - len(tail)):n]))[-len(tail):]
             if remaining[fd] == 0:
                 del remaining[fd]
                 last = index[fd]
+                if tails.get(fd, b"") != tail:   # e.g. a miss or an error instead of the data
+                    raise RuntimeError(f"server {index[fd]} answered {tails[fd]!r} at the end")
     return start, time.monotonic_ns(), last
+
+
+def run_blocks(socks, requests, sizes, blocks, warmup, seed, wait_go=True, tail=b""):
+    """The warm-up blocks, WARM, a GO line on stdin, then the measured blocks, one BLOCK
+    line each, in a request order shuffled per block from the seed."""
+    sel = selectors.DefaultSelector()
+    for s in socks:
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ)
+    buf = memoryview(bytearray(1 << 20))
+    rng = random.Random(seed)
+    order = list(range(len(socks)))
+    for _ in range(warmup):
+        rng.shuffle(order)
+        read_block(socks, requests, sizes, order, sel, buf, tail)
+    print("WARM", flush=True)
+    if wait_go and sys.stdin.readline().strip() != "GO":
+        sys.exit(f"{sys.argv[0]}: expected GO on stdin")
+    for i in range(blocks):
+        rng.shuffle(order)
+        start, end, last = read_block(socks, requests, sizes, order, sel, buf, tail)
+        print(f"BLOCK {i} {start} {end} {last}", flush=True)
+    sel.close()
 
 
 def tcp_infos(socks):
@@ -78,44 +107,39 @@ def recv_exact(s, n):
     return data
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def client_parser(doc: str, port: int) -> argparse.ArgumentParser:
+    """The arguments every client of ours takes (incast.workload.Workload.start_client)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--servers", required=True, help="comma-separated server addresses")
     ap.add_argument("--fragments", required=True, help="bytes per server per block, comma-separated")
     ap.add_argument("--dscp", default="", help="DSCP per server, comma-separated (default 0)")
-    ap.add_argument("--port", type=int, default=5001)
+    ap.add_argument("--port", type=int, default=port)
     ap.add_argument("--blocks", type=int, required=True)
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--no-wait", action="store_true", help="do not wait for GO after warm-up")
-    args = ap.parse_args()
+    return ap
+
+
+def per_server(args) -> tuple[list[str], list[int], list[int]]:
+    """(addresses, fragments, DSCPs), one entry per server."""
     servers = args.servers.split(",")
     fragments = [int(x) for x in args.fragments.split(",")]
     dscps = [int(x) for x in args.dscp.split(",")] if args.dscp else [0] * len(servers)
     if not (len(servers) == len(fragments) == len(dscps)):
-        sys.exit("incast_client: --servers, --fragments and --dscp need one entry per server")
+        sys.exit(f"{sys.argv[0]}: --servers, --fragments and --dscp need one entry per server")
+    return servers, fragments, dscps
+
+
+def main():
+    ap = client_parser(__doc__, 5001)
+    ap.add_argument("--no-wait", action="store_true", help="do not wait for GO after warm-up")
+    args = ap.parse_args()
+    servers, fragments, dscps = per_server(args)
 
     socks = connect_all(servers, args.port, dscps)
     print("CONNECTED", flush=True)
-    sel = selectors.DefaultSelector()
-    for s in socks:
-        s.setblocking(False)
-        sel.register(s, selectors.EVENT_READ)
-    buf = memoryview(bytearray(1 << 20))
-    rng = random.Random(args.seed)
-    order = list(range(len(socks)))
-    for _ in range(args.warmup):
-        rng.shuffle(order)
-        read_block(socks, fragments, order, sel, buf)
-    print("WARM", flush=True)
-    if not args.no_wait and sys.stdin.readline().strip() != "GO":
-        sys.exit("incast_client: expected GO on stdin")
-    for i in range(args.blocks):
-        rng.shuffle(order)
-        start, end, last = read_block(socks, fragments, order, sel, buf)
-        print(f"BLOCK {i} {start} {end} {last}", flush=True)
-    for s in socks:
-        sel.unregister(s)
+    run_blocks(socks, [REQUEST.pack(f) for f in fragments], fragments, args.blocks, args.warmup,
+               args.seed, wait_go=not args.no_wait)
     for i, info in tcp_infos(socks):
         print(f"FLOW {i} {json.dumps(info)}", flush=True)
     print("DONE", flush=True)

@@ -31,10 +31,9 @@ from . import workload as workloads
 from .probe import Features, probe, require
 from .results import ResultsDir, measured_seconds, one_line, summarize
 from .scenario import Scenario, to_toml
-from .workload import Block, Hooks
+from .workload import HOSTS_DIR, Block, Hooks
 
 REPO = Path(__file__).resolve().parent.parent
-HOSTS_DIR = REPO / "hosts"
 STALL_TIMEOUT_S = 300   # no output from the client for this long: the run is wedged
 
 

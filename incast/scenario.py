@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
                       field_validator, model_validator)
 
 from .units import (format_rate, format_size, format_time_us, parse_rate, parse_size,
@@ -43,18 +43,30 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+def _registered(what: str, names):
+    """A validator: the value must be one of names() (a registry's keys)."""
+    def check(value):
+        known = list(names())
+        if value not in known:
+            raise ValueError(f"unknown {what} {value!r}; one of: {', '.join(known)}")
+        return value
+    return AfterValidator(check)
+
+
+def _dataplanes():
+    from .dataplane import REGISTRY    # imports pandas: only when a scenario is validated
+    return REGISTRY
+
+
+def _topologies():
+    from .topology import known
+    return known()
+
+
 class Topology(_Model):
     """Which Mininet topology (a file in topologies/) and how many servers answer."""
-    kind: str = "star"                          # a file topologies/<kind>.py
+    kind: Annotated[str, _registered("topology", _topologies)] = "star"   # topologies/<kind>.py
     senders: int = Field(1, ge=1, le=256, description="servers answering each block")
-
-    @field_validator("kind")
-    @classmethod
-    def _known_topology(cls, v):
-        from .topology import known
-        if v not in known():
-            raise ValueError(f"unknown topology {v!r}; one of: {', '.join(known())}")
-        return v
 
 
 def _rate_or_auto(value):
@@ -239,20 +251,13 @@ class TCP(_Model):
 
 class Workload(_Model):
     """What the client asks of the servers: synchronized requests, one block at a time."""
-    kind: str = "fixed-fragment"                # a name in incast.workload.REGISTRY
+    kind: Annotated[str, _registered("workload", lambda: WORKLOADS)] = "fixed-fragment"
     sru: Size = Field(parse_size("256KiB"), description="bytes per server per block (fixed-fragment, memcached)")
     block: Size = Field(parse_size("1MiB"), description="bytes per block split over the servers (fixed-block)")
     blocks: int = Field(20, ge=1, le=1_000_000, description="measured blocks per repetition")
     warmup: int = Field(2, ge=0, le=10_000, description="unmeasured blocks first")
     repetitions: int = Field(1, ge=1, le=1000)
     seed: int = Field(1, ge=0)
-
-    @field_validator("kind")
-    @classmethod
-    def _known_workload(cls, v):
-        if v not in WORKLOADS:
-            raise ValueError(f"unknown workload {v!r}; one of: {', '.join(WORKLOADS)}")
-        return v
 
     @field_validator("sru", "block")
     @classmethod
@@ -301,7 +306,7 @@ class Telemetry(_Model):
 
 class Scenario(_Model):
     name: str = Field("incast", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-    dataplane: str = "linux"                    # a name in incast.dataplane.REGISTRY
+    dataplane: Annotated[str, _registered("data plane", _dataplanes)] = "linux"
     kernel: Literal["host", "stock", "hrtimer"] = "host"
     topology: Topology = Topology()
     link: Link = Link()
@@ -310,13 +315,6 @@ class Scenario(_Model):
     workload: Workload = Workload()
     telemetry: Telemetry = Telemetry()
 
-    @field_validator("dataplane")
-    @classmethod
-    def _known_dataplane(cls, v):
-        from .dataplane import REGISTRY
-        if v not in REGISTRY:
-            raise ValueError(f"unknown data plane {v!r}; one of: {', '.join(REGISTRY)}")
-        return v
 
     @model_validator(mode="after")
     def _fits(self):

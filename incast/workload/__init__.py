@@ -11,6 +11,8 @@ and queue statistics cover exactly those blocks, whatever the workload.
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +65,37 @@ class Workload(ABC):
     def repetition(self, rep: int, client, servers: list, dscps: list[int], hooks: Hooks) -> list[dict]:
         """Run one repetition (warm-up, then the measured blocks, calling hooks);
         return one row per server connection: {"server_index": i, **tcp_info}."""
+
+    def start_client(self, client, program: str, extra: list[str], servers: list, dscps: list[int],
+                     port: int, rep: int):
+        """Start a client program of ours (hosts/<program>, the arguments every one takes,
+        as hosts/incast_client.py) on the client host; return (process, its line reader)
+        once it says CONNECTED."""
+        w = self.scenario.workload
+        cmd = [sys.executable, str(HOSTS_DIR / program), *extra,
+               "--servers", ",".join(s.IP() for s in servers),
+               "--fragments", ",".join(map(str, self.scenario.fragments())),
+               "--dscp", ",".join(map(str, dscps)), "--port", str(port),
+               "--blocks", str(w.blocks), "--warmup", str(w.warmup), "--seed", str(w.seed + rep)]
+        proc = self.popen(client, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+        lines = self.lines(proc, program.removesuffix(".py").replace("_", " "))
+        lines.expect("CONNECTED")
+        return proc, lines
+
+    def measured_blocks(self, proc, lines, hooks: Hooks) -> None:
+        """The part of the client protocol every client of ours speaks: WARM, then GO on
+        its stdin starts the measured blocks, one BLOCK line each; hooks around them."""
+        lines.expect("WARM")
+        hooks.measuring()
+        proc.stdin.write("GO\n")
+        proc.stdin.flush()
+        for _ in range(self.scenario.workload.blocks):
+            parts = lines.next().split()
+            if parts[0] != "BLOCK":
+                raise WorkloadFailed(f"{lines.what}: unexpected output {' '.join(parts)!r}")
+            hooks.block(Block(*map(int, parts[1:5])))
+        hooks.measured()
 
     def block_bytes(self) -> int:
         """Bytes of application data the client receives per block."""

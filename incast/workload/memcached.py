@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 
-from . import HOSTS_DIR, Block, Hooks, Workload, WorkloadFailed
+from . import HOSTS_DIR, Hooks, Workload, WorkloadFailed
 
 PORT = 11211
 VALUE_BYTES = 16 << 10      # bytes per key: a fragment of 256 KiB is a multiget of 16 keys
@@ -44,27 +44,10 @@ class MemcachedMultiget(Workload):
             p.stdout.close()
 
     def repetition(self, rep, client, servers, dscps, hooks: Hooks):
-        w = self.scenario.workload
-        cmd = [sys.executable, str(HOSTS_DIR / "memcached_client.py"),
-               "--servers", ",".join(s.IP() for s in servers),
-               "--fragments", ",".join(map(str, self.scenario.fragments())), "--value", str(VALUE_BYTES),
-               "--dscp", ",".join(map(str, dscps)), "--port", str(PORT),
-               "--blocks", str(w.blocks), "--warmup", str(w.warmup), "--seed", str(w.seed + rep)]
-        proc = self.popen(client, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
-        lines = self.lines(proc, "memcached client")
-        lines.expect("CONNECTED")
-        lines.expect("WARM")
-        hooks.measuring()
-        proc.stdin.write("GO\n")
-        proc.stdin.flush()
-        for _ in range(w.blocks):
-            parts = lines.next().split()
-            if parts[0] != "BLOCK":
-                raise WorkloadFailed(f"memcached client: unexpected output {' '.join(parts)!r}")
-            hooks.block(Block(*map(int, parts[1:5])))
+        proc, lines = self.start_client(client, "memcached_client.py", ["--value", str(VALUE_BYTES)],
+                                        servers, dscps, PORT, rep)
+        self.measured_blocks(proc, lines, hooks)
         lines.expect("MEASURED")
-        hooks.measured()
         flows = self._server_tcp_info(client, servers)
         proc.stdin.write("CLOSE\n")
         proc.stdin.flush()

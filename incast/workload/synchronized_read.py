@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 
-from . import HOSTS_DIR, Block, Hooks, Workload, WorkloadFailed
+from . import HOSTS_DIR, Hooks, Workload, WorkloadFailed
 
 SERVER_PORT = 5001
 
@@ -25,31 +25,13 @@ class SynchronizedRead(Workload):
             self.lines(p, f"server on {s.name}").expect("READY")
 
     def repetition(self, rep, client, servers, dscps, hooks: Hooks):
-        w = self.scenario.workload
-        cmd = [sys.executable, str(HOSTS_DIR / "incast_client.py"),
-               "--servers", ",".join(s.IP() for s in servers),
-               "--fragments", ",".join(map(str, self.scenario.fragments())),
-               "--dscp", ",".join(map(str, dscps)), "--port", str(SERVER_PORT),
-               "--blocks", str(w.blocks), "--warmup", str(w.warmup), "--seed", str(w.seed + rep)]
-        proc = self.popen(client, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
-        lines = self.lines(proc, "client")
-        lines.expect("CONNECTED")
-        lines.expect("WARM")
-        hooks.measuring()
-        proc.stdin.write("GO\n")
-        proc.stdin.flush()
-        for _ in range(w.blocks):
-            parts = lines.next().split()
-            if parts[0] != "BLOCK":
-                raise WorkloadFailed(f"client: unexpected output {' '.join(parts)!r}")
-            hooks.block(Block(*map(int, parts[1:5])))
-        hooks.measured()
+        proc, lines = self.start_client(client, "incast_client.py", [], servers, dscps, SERVER_PORT, rep)
+        self.measured_blocks(proc, lines, hooks)
         flows = []
         for _ in servers:
             parts = lines.next().split(" ", 2)
             if parts[0] != "FLOW":
-                raise WorkloadFailed(f"client: unexpected output {parts[0]!r}")
+                raise WorkloadFailed(f"{lines.what}: unexpected output {parts[0]!r}")
             flows.append({"server_index": int(parts[1]), **json.loads(parts[2])})
         lines.expect("DONE")
         proc.wait()
