@@ -43,6 +43,7 @@ RUN_FLAGS = [
     ("--initcwnd", "initcwnd", "initial congestion window, segments"),
     ("--switch", "switch", "data plane: " + ", ".join(f"{n} ({e.help})" for n, e in REGISTRY.items())),
     ("--kernel", "kernel", "host (this machine's), or stock|hrtimer: inside a VM (kernels/build.sh)"),
+    ("--clock", "clock", "real, or virtual: inside User-Mode Linux in virtual time (needs --kernel stock|hrtimer)"),
     ("--rto-random-pct", "rto_random_pct", "hrtimer kernel: RTO + rand(pct)*RTO"),
     ("--delack-us", "delack_us", "hrtimer kernel: delayed-ACK timeout in us"),
     ("--pause", "pause", "802.3x PAUSE from the switch: on | off (bmv2)"),

@@ -53,6 +53,7 @@ def environment(features: Features, scenario: Scenario, tcp: hostconfig.TcpProfi
     versions["iproute2"] = netdev.version()
     return {
         "kernel": features.kernel, "hz": features.hz, "jiffy_us": features.jiffy_us,
+        "clock": "virtual" if features.virtual_time else "real", "clocksource": features.clocksource,
         "rto_min_us": tcp.rto_min_us, "rto_floor_us": tcp.rto_floor_us, "hrtimer_rto": tcp.hrtimer,
         "dataplane": scenario.dataplane, "machine": platform.machine(),
         "cpus": len(os.sched_getaffinity(0)),
@@ -184,39 +185,59 @@ def watched_links(net, dp, scenario, world_inode: int) -> list[fidelity.WatchedL
     return links
 
 
-def run_in_vm(scenario: Scenario, out: Path, log=lambda msg: None, unique_out: bool = False) -> Outcome:
-    """Run the scenario inside a VM booted with the stock or hrtimer kernel: the same
-    code, on the machine's root shared read-only; the results come back through the
-    VM's writable share and land at out like any run's."""
+def uml_memory_mb(scenario: Scenario) -> int:
+    """Guest memory for a run in User-Mode Linux: a base for the runner, Python and the
+    switch, and per host its processes and socket buffers (INCAST_UML_MEMORY_MB overrides)."""
+    if os.environ.get("INCAST_UML_MEMORY_MB"):
+        return int(os.environ["INCAST_UML_MEMORY_MB"])
+    return 1536 + 48 * (scenario.topology.senders + 1)
+
+
+def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out: bool = False) -> Outcome:
+    """Run the scenario inside a guest kernel: a QEMU VM booted with the stock or hrtimer
+    kernel (clock real), or User-Mode Linux built from the same source (clock virtual).
+    The same code runs inside, on the machine's root shared read-only; the results come
+    back through the guest's writable directory and land at out like any run's, with the
+    host wall time beside the guest's (virtual) time."""
     import shutil
     import tempfile
-    from .vm import qemu
+    from .vm import qemu, uml
     from .probe import MissingFeature
     from .results import Claim
-    if qemu.qemu_binary() is None:
+    virtual = scenario.clock == "virtual"
+    variant = uml.variant(scenario.kernel) if virtual else scenario.kernel
+    if not virtual and qemu.qemu_binary() is None:
         raise MissingFeature("--kernel needs qemu-system-x86_64 (Debian package qemu-system-x86)")
-    if qemu.kernel_dir(scenario.kernel) is None:
-        raise MissingFeature(f"the {scenario.kernel} kernel is not built for the current inputs: run kernels/build.sh")
-    inner = scenario.model_copy(update={"kernel": "host"})
+    if qemu.kernel_dir(variant) is None:
+        hint = "kernels/build.sh --uml" if virtual else "kernels/build.sh"
+        raise MissingFeature(f"the {variant} kernel is not built for the current inputs: run {hint}")
+    inner = scenario.model_copy(update={"kernel": "host", "clock": "real"})
     claim = Claim(out, unique_out)
     out = claim.final
+    command = f"{sys.executable} -m incast run $RESULTS/scenario.toml --out $RESULTS/run --json"
     with tempfile.TemporaryDirectory(prefix=".incast-vm-", dir=out.parent) as tmp:
         Path(tmp, "scenario.toml").write_text(to_toml(inner))
-        log(f"booting the {scenario.kernel} kernel")
-        r = qemu.run(f"{sys.executable} -m incast run $RESULTS/scenario.toml --out $RESULTS/run --json",
-                     kernel=scenario.kernel, results_dir=tmp, timeout=3600, cwd=REPO)
+        if virtual:
+            log(f"starting the {variant} kernel in virtual time")
+            r = uml.run(command, kernel=variant, results_dir=tmp, timeout=6 * 3600, cwd=REPO,
+                        memory_mb=uml_memory_mb(scenario), env={"PYTHONHASHSEED": "0"})
+        else:
+            log(f"booting the {variant} kernel")
+            r = qemu.run(command, kernel=variant, results_dir=tmp, timeout=3600, cwd=REPO)
         if r.returncode != 0 or not Path(tmp, "run", "summary.json").is_file():
             lines = [ln for ln in (r.output or "").strip().splitlines() if ln.startswith("incast:")]
             why = lines[-1] if lines else ("timed out" if r.timed_out else f"exit status {r.returncode}")
-            raise RunFailed(f"the run in the {scenario.kernel} VM failed: {why}")
+            raise RunFailed(f"the run in the {variant} {'UML' if virtual else 'VM'} failed: {why}")
         for item in Path(tmp, "run").iterdir():
             shutil.move(str(item), str(claim.path / item.name))
     claim.finalize()
     summary = json.loads((out / "summary.json").read_text())
-    summary.update({"kernel": scenario.kernel, "run_dir": str(out)})
+    summary.update({"kernel": scenario.kernel, "clock": scenario.clock, "run_dir": str(out),
+                    "host_seconds": round(r.elapsed, 3), "guest_seconds": r.guest_seconds})
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "scenario.toml").write_text(to_toml(scenario))
-    log(one_line(summary))
+    log(one_line(summary) + (f" (virtual {r.guest_seconds:.2f} s in {r.elapsed:.0f} s of host time)"
+                             if virtual and r.guest_seconds is not None else ""))
     return Outcome(run_dir=out, summary=summary)
 
 
@@ -226,7 +247,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None,
     at out-2, out-3... if another run has it). calibrating: a calibration trial (not
     judged against the calibration it is making)."""
     if scenario.kernel != "host":
-        return run_in_vm(scenario, out, log, unique_out)
+        return run_in_guest(scenario, out, log, unique_out)
     auto_rate = scenario.link.rate == "auto"
     results = ResultsDir(out, unique=unique_out)     # the output location first: exit 2, nothing built
     try:
@@ -327,7 +348,7 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> 
         tracer.start()
     links = watched_links(lab.net, dp, scenario, world_inode)
     monitor = None
-    if fidelity.monitor_binary() is not None:
+    if fidelity.monitor_binary() is not None and not features.virtual_time:   # BPF: not on ARCH=um
         monitor = fidelity.LinkMonitor(links, skip_first=fidelity.skip_first(dp.port_burst_frames))
         monitor.start()
     reps = _Repetitions(scenario, dp, lab, wl, progress)
@@ -440,7 +461,8 @@ def _summary(scenario, dp, lab: _Lab, m: _Measured, tcp, auto_rate, results, cal
     if m.backlog_drops:
         log(f"warning: {m.backlog_drops} packets dropped by full CPU input backlogs, not by the "
             "switch (raise net.core.netdev_max_backlog)")
-    summary["fidelity"] = _fidelity(scenario, m, calibrating, log)
+    summary["fidelity"] = _fidelity(scenario, m, calibrating or dp.features.virtual_time, log,
+                                    dp.features.virtual_time)
     if not summary["fidelity"]["ok"]:
         log(fidelity.warning_line(summary["fidelity"]))
     return summary
@@ -457,7 +479,8 @@ def _pause_summary(scenario, pause: dict) -> dict:
             **pause}
 
 
-def _fidelity(scenario, m: _Measured, calibrating: bool, log) -> dict:
+def _fidelity(scenario, m: _Measured, calibrating: bool, log, virtual_time: bool = False) -> dict:
+    """calibrating: a calibration trial, or virtual time (no calibration applies there)."""
     faithful_bps = None if calibrating else calibrated_rate(scenario)
     if faithful_bps is None and not calibrating and dataplanes.REGISTRY[scenario.dataplane].calibrated:
         log("warning: this machine is not calibrated, so the run cannot say whether its link rate "
@@ -466,7 +489,7 @@ def _fidelity(scenario, m: _Measured, calibrating: bool, log) -> dict:
     return fidelity.assess(
         rows, m.monitored.get("watchdog"), m.cpu, m.backlog_drops, m.health_warnings, bool(m.monitored),
         measured_ms=measured_seconds(m.blocks) * 1000, rate_bps=scenario.link.rate,
-        faithful_bps=faithful_bps, senders=scenario.topology.senders)
+        faithful_bps=faithful_bps, senders=scenario.topology.senders, virtual_time=virtual_time)
 
 
 def _write_tables(results, m: _Measured) -> None:

@@ -40,6 +40,13 @@ class Features:
     tracefs: str | None
     tracepoints: dict[str, bool] = field(default_factory=dict)
     qdisc_drop_reasons: dict[str, int] = field(default_factory=dict)
+    clocksource: str = ""
+
+    @property
+    def virtual_time(self) -> bool:
+        """Running in User-Mode Linux with time-travel: the clock is virtual, the CPU
+        infinitely fast, and there are no BPF events (ARCH=um)."""
+        return self.clocksource == "time-travel-clock"
 
     @property
     def jiffy_us(self) -> int:
@@ -70,6 +77,9 @@ class Features:
 
     def summary_lines(self) -> list[str]:
         lines = [f"kernel {self.kernel}, HZ={self.hz} (jiffy {self.jiffy_us} us)"]
+        if self.virtual_time:
+            lines.append("virtual time (User-Mode Linux, time-travel): no BPF events; "
+                         "queue telemetry is sampled")
         missing = [q for q, ok in self.qdiscs.items() if not ok]
         if missing:
             lines.append("qdiscs missing: " + ", ".join(missing))
@@ -94,6 +104,7 @@ class Features:
         d = asdict(self)
         d["jiffy_us"] = self.jiffy_us
         d["lowest_rto_min_us"] = self.lowest_rto_min_us
+        d["virtual_time"] = self.virtual_time
         return d
 
 
@@ -168,6 +179,13 @@ def _drop_reasons(tracefs: str | None) -> dict[str, int]:
     return {name: int(num) for num, name in re.findall(r'\{ (\d+), "(QDISC[A-Z_]*)" \}', fmt)}
 
 
+def _clocksource() -> str:
+    try:
+        return Path("/sys/devices/system/clocksource/clocksource0/current_clocksource").read_text().strip()
+    except OSError:
+        return ""
+
+
 @lru_cache(maxsize=1)
 def probe() -> Features:
     if os.geteuid() != 0:
@@ -192,7 +210,7 @@ def probe() -> Features:
     return Features(kernel=platform.release(), hz=kernel_hz(), qdiscs=qdiscs, u32=u32,
                     rto_min_us_sysctl=rto_us, hrtimer_rto=hrtimer, cc_available=cc_avail, cc_allowed=cc_allowed,
                     tools=tools, bpftrace=version, tracefs=tracefs, tracepoints=tps,
-                    qdisc_drop_reasons=_drop_reasons(tracefs))
+                    qdisc_drop_reasons=_drop_reasons(tracefs), clocksource=_clocksource())
 
 
 def require(features: Features, scenario) -> list[str]:

@@ -292,6 +292,8 @@ class Telemetry(_Model):
     sample: Annotated[str, BeforeValidator(_sample)] = Field(
         "all", description="which dequeues are recorded (bmv2): all, 1/N, change:SIZE, above:SIZE")
     perf_buffer_pages: int = Field(4096, ge=8, le=65536, description="per-CPU perf ring for bpftrace")
+    interval: Annotated[int, BeforeValidator(parse_time_us), Field(ge=1, le=1_000_000)] = Field(
+        10, description="us between samples where queues are sampled (linux data plane in virtual time)")
 
     def sample_mode(self) -> tuple[int, int]:
         """(mode, parameter) as p4src/incast.p4 reads them: 1 all, 2 one in N,
@@ -308,6 +310,9 @@ class Scenario(_Model):
     name: str = Field("incast", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     dataplane: Annotated[str, _registered("data plane", _dataplanes)] = "linux"
     kernel: Literal["host", "stock", "hrtimer"] = "host"
+    # real: on this machine's clock (in a QEMU VM for stock/hrtimer); virtual: inside
+    # User-Mode Linux with time-travel, where links hold their rate on any machine.
+    clock: Literal["real", "virtual"] = "real"
     topology: Topology = Topology()
     link: Link = Link()
     switch: Switch = Switch()
@@ -322,6 +327,11 @@ class Scenario(_Model):
         self.switch.class_limits(self.link.mtu)   # raises with a clear message
         plane = REGISTRY[self.dataplane]
         can = list(REGISTRY)
+        if self.clock == "virtual" and self.kernel == "host":
+            raise ValueError("clock virtual runs a User-Mode Linux kernel, not this machine's: "
+                             "choose kernel stock or hrtimer (built by kernels/build.sh --uml)")
+        if self.clock == "virtual" and self.link.rate == "auto":
+            raise ValueError("link.rate auto: in virtual time every rate holds; give an explicit rate")
         if self.link.rate == "auto" and not plane.calibrated:
             raise ValueError(f"link.rate auto: the {self.dataplane} data plane is not calibrated (only "
                              f"{', '.join(n for n in can if REGISTRY[n].calibrated)}); give it an explicit rate")

@@ -95,7 +95,7 @@ class LinuxDataPlane(DataPlane):
                                      "needed for switch queues")
         if scenario.switch.qos.queues > 1 and not features.u32:
             raise MissingFeature("QoS partitioning needs the tc u32 classifier (CONFIG_NET_CLS_U32)")
-        if scenario.telemetry.enabled:
+        if scenario.telemetry.enabled and not features.virtual_time:
             from ..qdisc_recorder import recorder_binary
             ok, why = features.telemetry_ok()
             if recorder_binary() is None and not ok:    # the compiled recorder, else bpftrace
@@ -136,11 +136,15 @@ class LinuxDataPlane(DataPlane):
         return pd.DataFrame(rows)
 
     def telemetry(self, run_dir, host_of_ip: dict[str, str], world_inode: int):
-        """The compiled recorder (scripts/build-bpf.sh) when it is built: it costs the
+        """In virtual time (User-Mode Linux), the queues' statistics sampled every
+        telemetry.interval. Otherwise the compiled recorder (scripts/build-bpf.sh) when it is built: it costs the
         experiment nothing measurable. Otherwise bpftrace, which formats every event in
         user space and takes CPU from packet processing (it can soften a collapse)."""
         from ..qdisc_recorder import QdiscRecorder, recorder_binary
         ports = {p.ifindex: (p.switch, p.name) for p in self.ports}
+        if self.features.virtual_time:      # no BPF events on ARCH=um; sampling is free there
+            from ..qdisc_sampler import QdiscSampler
+            return QdiscSampler(run_dir, world_inode, ports, host_of_ip, self.scenario.telemetry.interval)
         args = (run_dir, world_inode, ports, self.scenario.switch.qos.dscp_table(),
                 self.features.qdisc_drop_reasons, host_of_ip)
         if recorder_binary() is not None:

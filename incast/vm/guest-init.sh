@@ -1,16 +1,16 @@
 #!/bin/bash
-# PID 1 of an incast VM (incast/vm/qemu.py boots the kernel with
-# init=/bin/bash -- <this file>). The root filesystem is the host's, read-only
-# over 9p; everything writable is tmpfs, except the results share (9p tag
-# "results", mounted at /run/incast-vm/results), where the host left
+# PID 1 of an incast guest: a QEMU VM (incast/vm/qemu.py) or User-Mode Linux
+# (incast/vm/uml.py), both booted with init=/bin/bash -- <this file>. The root
+# filesystem is the host's, read-only (9p or hostfs); everything writable is tmpfs,
+# except the results directory (mounted at /run/incast-vm/results), where the host left
 #   command.sh  the command to run (bash script)
 #   cwd         the directory to run it in (a path of the host's filesystem)
 # and where this script writes
 #   output.txt      the command's stdout and stderr
 #   exit-status     its exit status (written last: its presence means "done")
 #   guest.txt       kernel release, command line, timing
-# then powers the VM off. If anything here fails, PID 1 exits, the kernel
-# panics (panic=-1) and QEMU (-no-reboot) exits too.
+# then powers the guest off. If anything here fails, PID 1 exits, the kernel
+# panics and the emulator exits too.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root TERM=dumb LANG=C.UTF-8
 
@@ -35,7 +35,14 @@ mnt bpf mode=0700 /sys/fs/bpf
 mnt cgroup2 nosuid,nodev,noexec /sys/fs/cgroup
 
 results=/run/incast-vm/results
-mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=none results "$results"
+# QEMU shares the results directory over 9p (tag "results"); User-Mode Linux names the
+# host directory on its command line (incast.results=DIR) and it is mounted over hostfs.
+host_results=$(tr ' ' '\n' < /proc/cmdline | sed -n 's/^incast\.results=//p')
+if [ -n "$host_results" ]; then
+  mount -t hostfs -o "$host_results" none "$results"
+else
+  mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=none results "$results"
+fi
 
 hostname incast-vm 2>/dev/null || echo incast-vm > /proc/sys/kernel/hostname
 ip link set lo up 2>/dev/null
@@ -65,4 +72,6 @@ umount "$results" 2>/dev/null
 echo 1 > /proc/sys/kernel/sysrq
 echo o > /proc/sysrq-trigger
 sleep 10
+# (UML restarts itself on a reboot: there, power off by the syscall instead.)
+[ -n "$host_results" ] && poweroff -f
 echo b > /proc/sysrq-trigger

@@ -30,74 +30,20 @@ SIGTERM, and (PR_SET_PDEATHSIG) the death of the calling process.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import os
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
-import tempfile
-import threading
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent      # the checkout: kernels/ builds what the VMs boot
-GUEST_INIT = HERE / "guest-init.sh"
-BUILD_SH = REPO / "kernels" / "build.sh"
+from .guest import (GUEST_INIT, Signalled, VMError, VMResult, collect, find_kernel,  # noqa: F401
+                    kernel_dir, prepare, supervise)
+
 QEMU = "qemu-system-x86_64"
 VARIANTS = ("stock", "hrtimer")
 KVM_SILENCE_S = 20          # a KVM guest that prints nothing for this long is not running
 _kvm_broken = False
-
-
-class VMError(RuntimeError):
-    """The VM could not be started, or it did not run the command to completion."""
-
-
-@dataclass
-class VMResult:
-    returncode: int | None      # exit status of the guest command; None if it never finished
-    output: str                 # its stdout and stderr
-    console: str                # the guest's serial console (kernel log, init messages)
-    results_dir: Path           # the results share: output.txt, exit-status, guest.txt, ...
-    elapsed: float              # seconds from QEMU start to QEMU exit
-    timed_out: bool = False
-    accel: str = "tcg"
-    kernel: Path = field(default_factory=Path)
-    guest: dict = field(default_factory=dict)   # parsed guest.txt (kernel-release, ...)
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-
-def kernel_dir(variant: str | None = None) -> Path | None:
-    """The kernels/build.sh result directory for the current inputs, if ``variant``
-    (default: both variants) is built there."""
-    if not BUILD_SH.exists():
-        return None
-    args = ["--variant", variant] if variant else []
-    r = subprocess.run(["bash", str(BUILD_SH), *args, "--print-dir"], capture_output=True,
-                       text=True)
-    out = r.stdout.strip()
-    return Path(out) if r.returncode == 0 and out else None
-
-
-def find_kernel(kernel: str | os.PathLike) -> Path:
-    """Resolve ``stock``/``hrtimer`` (or a path) to a bzImage, or raise VMError."""
-    if str(kernel) in VARIANTS:
-        d = kernel_dir(str(kernel))
-        if d is None or not (d / str(kernel) / "bzImage").is_file():
-            raise VMError(f"kernel {kernel!r} is not built for the current inputs: run kernels/build.sh")
-        return d / str(kernel) / "bzImage"
-    p = Path(kernel)
-    if not p.is_file():
-        raise VMError(f"no such kernel image: {p}")
-    return p
 
 
 def qemu_binary() -> str | None:
@@ -121,47 +67,6 @@ def kvm_usable() -> bool:
         return False
     finally:
         os.close(fd)
-
-
-def _set_pdeathsig() -> None:
-    """In the QEMU child: die with the parent (PR_SET_PDEATHSIG = 1)."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=3)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-class _Signalled(BaseException):
-    pass
-
-
-@contextlib.contextmanager
-def _signals_raise():
-    """Turn SIGTERM/SIGHUP into an exception while QEMU runs (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise _Signalled(signum)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def qemu_command(kernel: Path, results_dir: Path, console: Path, *, cpus: int = 2,
@@ -205,84 +110,31 @@ def run(command: str | list[str], kernel: str | os.PathLike = "stock", *,
     With ``check``, a non-zero or missing status raises VMError.
     """
     global _kvm_broken
-    image = find_kernel(kernel)
+    image = find_kernel(kernel, VARIANTS, "bzImage")
     if qemu_binary() is None:
         raise VMError(f"{QEMU} not found (Debian package qemu-system-x86)")
     auto = accel is None and not os.environ.get("INCAST_VM_ACCEL")
     accel = accel or os.environ.get("INCAST_VM_ACCEL") or (
         "kvm" if kvm_usable() and not _kvm_broken else "tcg")
-    rdir = Path(results_dir) if results_dir else Path(tempfile.mkdtemp(prefix="incast-vm-"))
-    rdir.mkdir(parents=True, exist_ok=True)
-    for name in ("output.txt", "exit-status", "guest.txt", "console.log"):
-        with contextlib.suppress(FileNotFoundError):
-            (rdir / name).unlink()
-
-    script = ["set -o pipefail", "export RESULTS=/run/incast-vm/results"]
-    for k, v in (env or {}).items():
-        script.append(f"export {k}={shlex.quote(str(v))}")
-    script.append(command if isinstance(command, str) else shlex.join(map(str, command)))
-    (rdir / "command.sh").write_text("\n".join(script) + "\n")
-    (rdir / "cwd").write_text(str(Path(cwd) if cwd else Path.cwd()) + "\n")
-
+    rdir = prepare(command, results_dir, cwd, env, "/run/incast-vm/results")
     console = rdir / "console.log"
-    qemu_log = rdir / "qemu-output.txt"
     cmd = qemu_command(image, rdir, console, cpus=cpus, memory_mb=memory_mb, accel=accel,
                        append=append)
     (rdir / "qemu-command.txt").write_text(shlex.join(cmd) + "\n")
-    timed_out = kvm_failed = False
-    t0 = time.monotonic()
-    with open(qemu_log, "wb") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, preexec_fn=_set_pdeathsig)
-    try:
-        with _signals_raise():
-            while proc.poll() is None:
-                waited = time.monotonic() - t0
-                if waited > timeout:
-                    timed_out = True
-                    break
-                if (auto and accel == "kvm" and waited > KVM_SILENCE_S
-                        and (not console.exists() or console.stat().st_size == 0)):
-                    kvm_failed = True
-                    break
-                time.sleep(0.2)
-    finally:
-        _kill(proc)
-    elapsed = time.monotonic() - t0
-    qemu_out = qemu_log.read_bytes()
+
+    def kvm_silent(waited: float) -> bool:
+        return (auto and accel == "kvm" and waited > KVM_SILENCE_S
+                and (not console.exists() or console.stat().st_size == 0))
+
+    elapsed, timed_out, kvm_failed, qemu_out = supervise(cmd, rdir, "qemu-output.txt", timeout,
+                                                         kvm_silent)
     if auto and accel == "kvm" and not (rdir / "exit-status").exists() and not timed_out \
             and (kvm_failed or elapsed < KVM_SILENCE_S):
         _kvm_broken = True      # KVM opens but does not run this guest: use TCG from now on
         return run(command, kernel, results_dir=rdir, timeout=timeout, cpus=cpus,
                    memory_mb=memory_mb, cwd=cwd, env=env, append=append, accel="tcg",
                    check=check)
-
-    status = rdir / "exit-status"
-    rc = int(status.read_text().strip()) if status.is_file() else None
-    guest = {}
-    with contextlib.suppress(FileNotFoundError):
-        for line in (rdir / "guest.txt").read_text().splitlines():
-            k, _, v = line.partition(": ")
-            guest[k] = v
-    result = VMResult(returncode=rc,
-                      output=_read(rdir / "output.txt"),
-                      console=_read(console),
-                      results_dir=rdir, elapsed=elapsed, timed_out=timed_out,
-                      accel=accel, kernel=image, guest=guest)
-    if rc is None and not timed_out and qemu_out:
-        result.console += "\n[qemu] " + qemu_out.decode(errors="replace")
-    if check and rc != 0:
-        why = "timed out" if timed_out else (f"exit status {rc}" if rc is not None else "no exit status")
-        raise VMError(f"guest command {why}; console tail:\n{result.console[-3000:]}\n"
-                      f"output tail:\n{result.output[-3000:]}")
-    return result
-
-
-def _read(p: Path) -> str:
-    try:
-        return p.read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
+    return collect(rdir, console, elapsed, timed_out, accel, image, qemu_out, "qemu", check)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -310,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     except VMError as e:
         print(f"incast.vm.qemu: {e}", file=sys.stderr)
         return 125
-    except _Signalled as e:
+    except Signalled as e:
         print(f"incast.vm.qemu: stopped by signal {e.args[0]}; QEMU killed", file=sys.stderr)
         return 128 + e.args[0]
     except KeyboardInterrupt:

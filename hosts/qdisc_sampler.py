@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Sample the switch ports' qdisc statistics every INTERVAL of the clock, in the network
+namespace it runs in, and write a record whenever a queue's occupancy or drop count
+changed. Standard library only (rtnetlink RTM_GETQDISC dumps, what `tc -s qdisc` reads).
+
+Made for virtual time (User-Mode Linux with time-travel=inf-cpu), where the kernel has
+no BPF events and where sampling costs the experiment nothing: the CPU is infinitely
+fast, so the sampler wakes exactly every interval and the network does not see it.
+
+Records (little-endian, 40 bytes): ts_ns u64 (CLOCK_MONOTONIC), ifindex u32, queue i32
+(class c for the leaf qdisc of handle base+c, -1 for the port's root qdisc), qlen u32,
+backlog u32, drops u32, pad u32, packets u64 (dequeued so far).
+
+Prints READY once the first sample is taken; on SIGINT or SIGTERM it stops and prints
+RECORDS n and SAMPLES n.
+"""
+import argparse
+import signal
+import socket
+import struct
+import sys
+import time
+
+RTM_GETQDISC = 38
+RTM_NEWQDISC = 36
+NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+TCA_STATS2 = 7
+TCA_STATS_BASIC, TCA_STATS_QUEUE = 1, 3
+NLMSGHDR = struct.Struct("=IHHII")
+TCMSG = struct.Struct("=BxxxiIII")          # family, ifindex, handle, parent, info
+RTATTR = struct.Struct("=HH")
+BASIC = struct.Struct("=QI")                # gnet_stats_basic: bytes, packets
+QUEUE = struct.Struct("=IIIII")             # gnet_stats_queue: qlen, backlog, drops, requeues, overlimits
+RECORD = struct.Struct("<QIiIIIIQ")
+
+
+def _attributes(data: bytes, offset: int = 0):
+    while offset + RTATTR.size <= len(data):
+        length, kind = RTATTR.unpack_from(data, offset)
+        if length < RTATTR.size:
+            return
+        yield kind & 0x3FFF, data[offset + RTATTR.size:offset + length]
+        offset += (length + 3) & ~3
+
+
+def dump(nl: socket.socket, seq: int):
+    """(ifindex, handle major, qlen, backlog, drops, packets) of every qdisc."""
+    body = TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
+    nl.send(NLMSGHDR.pack(NLMSGHDR.size + len(body), RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body)
+    while True:
+        data = nl.recv(1 << 20)
+        offset = 0
+        while offset + NLMSGHDR.size <= len(data):
+            length, kind, _, _, _ = NLMSGHDR.unpack_from(data, offset)
+            if kind == NLMSG_DONE:
+                return
+            if kind == NLMSG_ERROR:
+                raise OSError("RTM_GETQDISC dump failed")
+            if kind == RTM_NEWQDISC:
+                _, ifindex, handle, _, _ = TCMSG.unpack_from(data, offset + NLMSGHDR.size)
+                msg = data[offset + NLMSGHDR.size + TCMSG.size:offset + length]
+                qlen = backlog = drops = packets = 0
+                for k, v in _attributes(msg):
+                    if k == TCA_STATS2:
+                        for k2, v2 in _attributes(v):
+                            if k2 == TCA_STATS_QUEUE:
+                                qlen, backlog, drops, _, _ = QUEUE.unpack_from(v2)
+                            elif k2 == TCA_STATS_BASIC:
+                                _, packets = BASIC.unpack_from(v2)
+                yield ifindex, handle >> 16, qlen, backlog, drops, packets
+            offset += (length + 3) & ~3
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--interval-us", type=float, required=True)
+    ap.add_argument("--ifindex", required=True, help="comma-separated ports to watch")
+    ap.add_argument("--leaf-major-base", type=lambda s: int(s, 0), default=0x10)
+    ap.add_argument("--root-major", type=lambda s: int(s, 0), default=1)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    ports = {int(i) for i in a.ifindex.split(",")}
+    interval_ns = int(a.interval_us * 1000)
+    stop = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda s, f: stop.append(s))
+    last: dict = {}
+    records = samples = 0
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as nl, open(a.out, "wb") as out:
+        nl.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+        nxt = time.monotonic_ns()
+        while not stop:
+            now = time.monotonic_ns()
+            buf = []
+            for ifindex, major, qlen, backlog, drops, packets in dump(nl, samples + 1):
+                if ifindex not in ports:
+                    continue
+                if major == a.root_major:
+                    queue = -1
+                elif a.leaf_major_base <= major < a.leaf_major_base + 8:
+                    queue = major - a.leaf_major_base
+                else:
+                    continue
+                state = (qlen, backlog, drops)
+                if last.get((ifindex, queue)) != state:
+                    last[(ifindex, queue)] = state
+                    buf.append(RECORD.pack(now, ifindex, queue, qlen, backlog, drops, 0, packets))
+            out.write(b"".join(buf))
+            records += len(buf)
+            samples += 1
+            if samples == 1:
+                print("READY", flush=True)
+            nxt += interval_ns
+            delay = nxt - time.monotonic_ns()
+            if delay > 0:
+                time.sleep(delay / 1e9)
+            else:
+                nxt = time.monotonic_ns()   # behind (a slow clock): no burst of catch-up samples
+    print(f"RECORDS {records}", flush=True)
+    print(f"SAMPLES {samples}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

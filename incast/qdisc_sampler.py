@@ -1,0 +1,122 @@
+"""Queue telemetry by sampling: the switch ports' qdisc statistics read every interval.
+
+The linux data plane's recorder where the kernel cannot run BPF programs on its qdisc
+tracepoints, above all in virtual time (User-Mode Linux has no BPF events). There the
+sampler is exact in time and free: the guest CPU is infinitely fast, so
+hosts/qdisc_sampler.py wakes exactly every ``telemetry.interval`` of virtual time and the
+experiment does not see it.
+
+Same interface and table as the event recorders (see incast.telemetry), with what a
+sample can know:
+  event "sample"  a queue's occupancy changed since the previous sample: packets and
+                  bytes of the class queue, port_packets/port_bytes of the whole port;
+  event "drop"    one row per packet the queue dropped since the previous sample, at
+                  the sample's time (so to within one interval);
+  missing         per-packet fields: flow ("-"), pkt_len (0), sojourn_us (NaN); and any
+                  excursion shorter than the interval.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .telemetry import KernelQueueRecorder, TelemetryResult, build_table, empty_table
+from .workload import HOSTS_DIR
+
+SAMPLER = HOSTS_DIR / "qdisc_sampler.py"
+LEAF_MAJOR_BASE = 0x10      # class c of a port is the leaf qdisc (0x10 + c):, see dataplane/linux.py
+RECORD_DTYPE = np.dtype([("ts_ns", "<u8"), ("ifindex", "<u4"), ("queue", "<i4"), ("qlen", "<u4"),
+                         ("backlog", "<u4"), ("drops", "<u4"), ("pad", "<u4"), ("packets", "<u8")])
+assert RECORD_DTYPE.itemsize == 40
+
+
+def decode_samples(rec: np.ndarray, t0_ns: int, ports: dict[int, tuple[str, str]]) -> pd.DataFrame:
+    """Sampler records -> the telemetry table: a "sample" row per changed class queue
+    (with its port's totals at that sample) and a "drop" row per dropped packet."""
+    if len(rec) == 0:
+        return empty_table()
+    df = pd.DataFrame({k: rec[k] for k in ("ts_ns", "ifindex", "queue", "qlen", "backlog", "drops")})
+    df = df.astype({"ts_ns": "int64", "ifindex": "int64", "queue": "int64", "qlen": "int64",
+                    "backlog": "int64", "drops": "int64"})
+    root = df[df["queue"] < 0].rename(columns={"qlen": "port_packets", "backlog": "port_bytes"})
+    leaf = df[df["queue"] >= 0].sort_values(["ts_ns"], kind="stable")
+    # The port's totals at each leaf record: its latest root record at or before it.
+    leaf = pd.merge_asof(leaf, root[["ts_ns", "ifindex", "port_packets", "port_bytes"]],
+                         on="ts_ns", by="ifindex", direction="backward")
+    leaf[["port_packets", "port_bytes"]] = leaf[["port_packets", "port_bytes"]].fillna(0)
+    first = leaf.groupby(["ifindex", "queue"])["drops"].transform("first")
+    new_drops = leaf.groupby(["ifindex", "queue"])["drops"].diff().fillna(leaf["drops"] - first)
+    drop_rows = leaf.loc[leaf.index.repeat(new_drops.clip(lower=0).astype(int))]
+    rows = pd.concat([leaf.assign(event="sample"), drop_rows.assign(event="drop")], ignore_index=True)
+    names = {i: p for i, p in ports.items()}
+    return build_table({
+        "time_us": (rows["ts_ns"] - t0_ns) / 1000.0,
+        "switch": [names.get(int(i), ("?", ""))[0] for i in rows["ifindex"]],
+        "port": [names.get(int(i), ("?", f"if{int(i)}"))[1] for i in rows["ifindex"]],
+        "queue": rows["queue"],
+        "event": rows["event"],
+        "packets": rows["qlen"],
+        "bytes": rows["backlog"],
+        "sojourn_us": np.nan,
+        "flow": "-",
+        "pkt_len": 0,
+        "port_packets": rows["port_packets"].astype(int),
+        "port_bytes": rows["port_bytes"].astype(int),
+    })
+
+
+class QdiscSampler(KernelQueueRecorder):
+    """Samples the switch ports' queues every ``interval_us`` while a run goes on."""
+
+    def __init__(self, run_dir: Path, netns_inode: int, ports: dict[int, tuple[str, str]],
+                 host_of_ip: dict[str, str], interval_us: float):
+        super().__init__(run_dir, netns_inode, ports, host_of_ip)
+        self.interval_us = interval_us
+        self.raw_path = self.run_dir / "telemetry.samples.bin"
+        self._lines: list[str] = []
+
+    def start(self, timeout: float = 60.0) -> None:
+        # Runs in the caller's network namespace: the runner is in the switch's (world).
+        self._spawn([sys.executable, str(SAMPLER), "--interval-us", str(self.interval_us),
+                     "--ifindex", ",".join(map(str, self.ports)), "--out", str(self.raw_path),
+                     "--leaf-major-base", hex(LEAF_MAJOR_BASE)], stdin=subprocess.DEVNULL)
+        if not self._ready.wait(timeout) or "READY" not in self._lines:
+            self._kill()
+            self.raw_path.unlink(missing_ok=True)
+            err = self._stderr.decode(errors="replace").strip().splitlines()
+            raise RuntimeError(f"telemetry: the qdisc sampler did not start: {err[-1] if err else 'no READY'}")
+
+    def _pump(self) -> None:
+        for raw in self.proc.stdout:
+            line = raw.decode(errors="replace").strip()
+            self._lines.append(line)
+            if line == "READY":
+                self._ready.set()
+        self._ready.set()
+
+    def _value(self, key: str) -> int | None:
+        for line in reversed(self._lines):
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == key:
+                return int(parts[1])
+        return None
+
+    def stop(self, t0_ns: int) -> TelemetryResult:
+        self._interrupt()
+        records, samples = self._value("RECORDS"), self._value("SAMPLES")
+        if self.proc.returncode != 0 or records is None:
+            err = self._stderr.decode(errors="replace").strip().splitlines()
+            raise RuntimeError(f"telemetry: the qdisc sampler failed: {err[-1] if err else 'no report'}")
+        size = self.raw_path.stat().st_size
+        rec = np.fromfile(self.raw_path, dtype=RECORD_DTYPE, count=size // RECORD_DTYPE.itemsize)
+        self.raw_path.unlink()
+        notes = [f"telemetry: qdisc statistics sampled every {self.interval_us:g} us ({samples} samples): "
+                 "no per-packet fields (flow, pkt_len, sojourn_us), drops placed at the sample "
+                 "that saw them, excursions shorter than the interval not seen"]
+        if len(rec) != records:
+            notes.append(f"telemetry: the sampler reported {records} records, the file holds {len(rec)}")
+        return TelemetryResult(table=decode_samples(rec, t0_ns, self.ports), lost=0, notes=notes)

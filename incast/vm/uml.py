@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Run a command inside User-Mode Linux in virtual time (``time-travel=inf-cpu``).
+
+UML runs the real kernel (TCP, qdiscs, bridges, namespaces) as a host process; with
+``time-travel=inf-cpu`` its clock is virtual: the CPU is infinitely fast, and time
+advances only when every guest task is idle, straight to the next timer. An emulated
+1 Gbit/s link then holds its rate whatever the host machine, a 20 us timeout fires
+after exactly 20 us, and a run with the same inputs gives the same times again. The
+cost is host wall time: every packet is still processed, on one host CPU.
+
+The guest's root is the host's / over hostfs, read-only (the checkout and the venv are
+at the same paths); /tmp, /run, /var/tmp are tmpfs; the results directory is a second,
+writable hostfs mount. guest-init.sh (beside this file) is PID 1, as in the QEMU VMs.
+
+As a module::
+
+    from incast.vm import uml
+    r = uml.run("sleep 1; uname -r", kernel="uml-hrtimer")
+    r.returncode, r.output, r.elapsed (host s), r.guest_seconds (virtual s)
+
+As a command (root; prints the guest command's output, exits with its status)::
+
+    python3 -m incast.vm.uml --kernel uml-hrtimer [--memory MiB] [--timeout S] -- CMD...
+
+``kernel`` is ``uml-stock`` or ``uml-hrtimer`` (kernels/build.sh --uml; ``stock`` and
+``hrtimer`` name them too) or the path of a UML ``linux`` binary with hostfs and
+time-travel. UML, and every helper process it forks, is killed on every way out of
+run(): completion, timeout, exception, SIGINT, SIGTERM, and the caller's death.
+
+Limits of ARCH=um (measured on Debian's 6.12): one CPU (no SMP); no BPF JIT, BPF
+events, kprobes or perf events (tracepoints through tracefs work); a program that
+busy-polls stops virtual time from advancing while it spins.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+from .guest import GUEST_INIT, Signalled, VMError, VMResult, collect, find_kernel, prepare, supervise
+
+VARIANTS = ("uml-stock", "uml-hrtimer")
+BUILD_HINT = "kernels/build.sh --uml"
+
+
+def variant(kernel: str) -> str:
+    """``stock``/``hrtimer`` -> their UML builds; anything else unchanged."""
+    return f"uml-{kernel}" if kernel in ("stock", "hrtimer") else kernel
+
+
+def uml_command(image: Path, rdir: Path, *, memory_mb: int, append: str = "") -> list[str]:
+    # umid and uml_dir keep UML's control directory (mconsole socket, pid file) inside
+    # the results directory, so a killed guest leaves nothing under ~/.uml.
+    return [str(image), f"mem={memory_mb}M", "root=/dev/root", "rootfstype=hostfs", "rootflags=/",
+            "ro", "time-travel=inf-cpu", f"umid=incast-{os.getpid()}", f"uml_dir={rdir}/",
+            "con0=null,fd:1", "con=null", "ssl=null", "panic=-1", "loglevel=4",
+            f"incast.results={rdir}", *append.split(), "init=/bin/bash", "--", str(GUEST_INIT)]
+
+
+def run(command: str | list[str], kernel: str | os.PathLike = "uml-stock", *,
+        results_dir: str | os.PathLike | None = None, timeout: float = 3600,
+        memory_mb: int = 3072, cwd: str | os.PathLike | None = None,
+        env: dict[str, str] | None = None, append: str = "", check: bool = False) -> VMResult:
+    """Boot the UML ``kernel`` in virtual time, run ``command`` as root in it, and return
+    its status and output once it has powered off. ``results_dir`` (a fresh temporary
+    directory by default) is writable from the guest as $RESULTS. ``timeout`` is in host
+    seconds; on timeout UML is killed and ``timed_out`` is set."""
+    image = find_kernel(variant(str(kernel)), VARIANTS, "linux", BUILD_HINT)
+    rdir = prepare(command, results_dir, cwd, env, "/run/incast-vm/results")
+    rdir = rdir.resolve()
+    cmd = uml_command(image, rdir, memory_mb=memory_mb, append=append)
+    (rdir / "uml-command.txt").write_text(shlex.join(cmd) + "\n")
+    elapsed, timed_out, _, out = supervise(cmd, rdir, "console.log", timeout)
+    return collect(rdir, rdir / "console.log", elapsed, timed_out, "uml", image, out, "uml", check)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="example: python3 -m incast.vm.uml --kernel uml-hrtimer -- "
+                                        "sysctl net.ipv4.tcp_rto_hrtimer")
+    ap.add_argument("--kernel", default="uml-stock", help="uml-stock, uml-hrtimer, or a UML linux binary")
+    ap.add_argument("--results", help="results directory (default: a new one under /tmp)")
+    ap.add_argument("--timeout", type=float, default=3600, help="host seconds before UML is killed")
+    ap.add_argument("--memory", type=int, default=3072, help="guest memory, MiB")
+    ap.add_argument("--append", default="", help="extra kernel command line")
+    ap.add_argument("--console", action="store_true", help="also print the guest console")
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="command to run in the guest")
+    a = ap.parse_args(argv)
+    cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
+    if not cmd:
+        ap.error("no command given")
+    command = cmd[0] if len(cmd) == 1 else cmd
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        r = run(command, a.kernel, results_dir=a.results, timeout=a.timeout, memory_mb=a.memory,
+                append=a.append)
+    except VMError as e:
+        print(f"incast.vm.uml: {e}", file=sys.stderr)
+        return 125
+    except Signalled as e:
+        print(f"incast.vm.uml: stopped by signal {e.args[0]}; UML killed", file=sys.stderr)
+        return 128 + e.args[0]
+    except KeyboardInterrupt:
+        print("incast.vm.uml: interrupted; UML killed", file=sys.stderr)
+        return 130
+    if a.console:
+        sys.stderr.write(r.console)
+    sys.stdout.write(r.output)
+    virtual = r.guest_seconds
+    vtext = f"{virtual:.3f} s" if virtual is not None else "?"
+    print(f"incast.vm.uml: {r.guest.get('kernel-release', '?')}, host {r.elapsed:.1f} s, "
+          f"virtual {vtext}, results in {r.results_dir}" + (", TIMED OUT" if r.timed_out else ""),
+          file=sys.stderr)
+    if r.returncode is None:
+        print("incast.vm.uml: the guest command did not finish; console tail:\n" + r.console[-2000:],
+              file=sys.stderr)
+        return 124 if r.timed_out else 125
+    return r.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
