@@ -301,6 +301,7 @@ class _Measured:
     monitored: dict
     telemetry: pd.DataFrame | None
     telemetry_lost: int | None
+    telemetry_notes: list[str]      # what the recorder could not record, and how it sampled
 
 
 def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
@@ -357,16 +358,16 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> 
     pause = _stop_pause_agents(agents, dp) if agents else None
     health, health_warnings = dp.health(sum(int(q["sent_packets"].sum()) for q in reps.queue_frames))
     monitored = monitor.stop() if monitor else {}
-    telemetry_table, lost = None, None
+    telemetry_table, lost, notes = None, None, []
     if tracer:
         tres = tracer.stop(reps.t0_ns)
-        telemetry_table, lost = tres.table, tres.lost
+        telemetry_table, lost, notes = tres.table, tres.lost, tres.notes
         for note in tres.notes:
             log(note)
     return _Measured(pd.DataFrame(reps.block_rows), pd.DataFrame(reps.flow_rows),
                      pd.DataFrame(reps.counter_rows), pd.concat(reps.queue_frames, ignore_index=True),
                      reps.backlog_drops, fidelity.cpu_use(reps.cpu_before, reps.cpu_after), pause,
-                     health, health_warnings, links, monitored, telemetry_table, lost)
+                     health, health_warnings, links, monitored, telemetry_table, lost, notes)
 
 
 class _Repetitions:
@@ -453,6 +454,8 @@ def _summary(scenario, dp, lab: _Lab, m: _Measured, tcp, auto_rate, results, cal
                     "build_s": round(lab.build_s, 3), "repetitions": scenario.workload.repetitions,
                     "backlog_drops": m.backlog_drops, "link_rate_auto": auto_rate,
                     "run_dir": str(results.final)})
+    if m.telemetry_notes:
+        summary["telemetry_notes"] = m.telemetry_notes
     if m.pause is not None:
         summary.update(_pause_summary(scenario, dict(m.pause)))
     summary.update(m.health)

@@ -114,7 +114,11 @@ class QdiscSampler(KernelQueueRecorder):
         size = self.raw_path.stat().st_size
         rec = np.fromfile(self.raw_path, dtype=RECORD_DTYPE, count=size // RECORD_DTYPE.itemsize)
         self.raw_path.unlink()
-        notes = [f"telemetry: qdisc statistics sampled every {self.interval_us:g} us ({samples} samples): "
+        span = self._value("SPAN_NS") or 0
+        achieved = span / 1000 / max(1, samples - 1)
+        self.achieved_interval_us = achieved
+        notes = [f"telemetry: qdisc statistics sampled every {self.interval_us:g} us "
+                 f"(achieved {achieved:.1f} us on average, {samples} samples): "
                  "no per-packet fields (flow, pkt_len, sojourn_us), drops placed at the sample "
                  "that saw them, excursions shorter than the interval not seen"]
         if len(rec) != records:

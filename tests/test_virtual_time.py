@@ -98,9 +98,11 @@ def test_queue_telemetry_is_sampled_in_virtual_time(tmp_path, no_leftovers):
     assert len(samples) > 100
     assert samples["bytes"].max() <= 32 * 1024
     assert samples["bytes"].max() > 32 * 1024 - 2 * 1514       # it filled up
-    # Sample times fall on the 20 us grid of the sampler (virtual time: exactly).
-    steps = samples["time_us"].diff().dropna().round(3)
-    assert (steps % 20 == 0).mean() > 0.99
+    # Samples are 20 us apart (in virtual time exactly, but for the 256 ns UML charges
+    # each clock read: a few per sample); a queue that did not change is not recorded.
+    steps = samples["time_us"].drop_duplicates().diff().dropna()
+    assert steps.min() > 19 and 19.5 < steps.median() < 20.5, steps.describe()
+    assert any("sampled every 20 us" in n for n in s["telemetry_notes"])
     drops = int(q.loc[q["port"] == port, "drops"].sum())
     assert drops > 0
     # The recorder starts before the first repetition and stops after the last: its
