@@ -331,7 +331,8 @@ class Scenario(_Model):
             raise ValueError("clock virtual runs a User-Mode Linux kernel, not this machine's: "
                              "choose kernel stock or hrtimer (built by kernels/build.sh --uml)")
         if self.clock == "virtual" and self.link.rate == "auto":
-            raise ValueError("link.rate auto: in virtual time every rate holds; give an explicit rate")
+            raise ValueError("link.rate auto: in virtual time every rate holds; give one, e.g. --link-rate 1Gbit "
+                             "(the papers' rate)")
         if self.link.rate == "auto" and not plane.calibrated:
             raise ValueError(f"link.rate auto: the {self.dataplane} data plane is not calibrated (only "
                              f"{', '.join(n for n in can if REGISTRY[n].calibrated)}); give it an explicit rate")

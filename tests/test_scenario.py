@@ -114,3 +114,16 @@ def test_what_a_data_plane_cannot_do_is_refused_by_asking_it():
     assert build({}, {"telemetry_sample": "1/10", "switch": "bmv2"}).telemetry.sample_mode() == (2, 10)
     with pytest.raises(ScenarioError, match="limits its queues in bytes"):
         build({}, {"buffer_packets": "20", "switch": "bmv2"})
+
+
+def test_virtual_time_needs_a_uml_kernel_and_an_explicit_rate():
+    s = build({}, {"clock": "virtual", "kernel": "hrtimer", "link_rate": "10Gbit"})
+    assert s.clock == "virtual" and s.kernel == "hrtimer"
+    assert build({}, {}).clock == "real"
+    with pytest.raises(ScenarioError, match="kernel stock or hrtimer"):
+        build({}, {"clock": "virtual"})
+    with pytest.raises(ScenarioError, match="link.rate auto"):
+        build({}, {"clock": "virtual", "kernel": "stock", "link_rate": "auto"})
+    with pytest.raises(ScenarioError, match="clock"):
+        build({}, {"clock": "simulated"})
+    assert build({}, {"telemetry.interval": "50us"}).telemetry.interval == 50
