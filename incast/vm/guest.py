@@ -198,3 +198,53 @@ def read(p: Path) -> str:
         return p.read_text(errors="replace")
     except FileNotFoundError:
         return ""
+
+
+def command_parser(description: str, example: str, kernel_default: str, kernel_help: str,
+                   timeout: float, memory_mb: int):
+    """The arguments both runners take as commands (``python3 -m incast.vm.qemu|uml``)."""
+    import argparse
+    ap = argparse.ArgumentParser(description=description, epilog=f"example: {example}")
+    ap.add_argument("--kernel", default=kernel_default, help=kernel_help)
+    ap.add_argument("--results", help="results directory (default: a new one under /tmp)")
+    ap.add_argument("--timeout", type=float, default=timeout, help="host seconds before the guest is killed")
+    ap.add_argument("--memory", type=int, default=memory_mb, help="guest memory, MiB")
+    ap.add_argument("--append", default="", help="extra kernel command line")
+    ap.add_argument("--console", action="store_true", help="also print the guest console")
+    return ap
+
+
+def command_main(ap, argv, name: str, emulator: str, run_guest, describe) -> int:
+    """Parse, run ``run_guest(args, command)`` with the signals handled, print the guest
+    command's output and ``describe(result)``; exit with the guest command's status
+    (124 timed out, 125 the guest did not run it, 128+N a signal)."""
+    import argparse
+    import sys
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="command to run in the guest")
+    a = ap.parse_args(argv)
+    cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
+    if not cmd:
+        ap.error("no command given")
+    command = cmd[0] if len(cmd) == 1 else cmd
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        r = run_guest(a, command)
+    except VMError as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 125
+    except Signalled as e:
+        print(f"{name}: stopped by signal {e.args[0]}; {emulator} killed", file=sys.stderr)
+        return 128 + e.args[0]
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted; {emulator} killed", file=sys.stderr)
+        return 130
+    if a.console:
+        sys.stderr.write(r.console)
+    sys.stdout.write(r.output)
+    print(f"{name}: {describe(r)}, results in {r.results_dir}" + (", TIMED OUT" if r.timed_out else ""),
+          file=sys.stderr)
+    if r.returncode is None:
+        print(f"{name}: the guest command did not finish; console tail:\n" + r.console[-2000:],
+              file=sys.stderr)
+        return 124 if r.timed_out else 125
+    return r.returncode

@@ -29,16 +29,14 @@ SIGTERM, and (PR_SET_PDEATHSIG) the death of the calling process.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import shutil
-import signal
 import sys
 from pathlib import Path
 
-from .guest import (GUEST_INIT, Signalled, VMError, VMResult, collect, find_kernel,  # noqa: F401
-                    kernel_dir, prepare, supervise)
+from .guest import (GUEST_INIT, VMError, VMResult, collect, command_main, command_parser,  # noqa: F401
+                    find_kernel, kernel_dir, prepare, supervise)
 
 QEMU = "qemu-system-x86_64"
 VARIANTS = ("stock", "hrtimer")
@@ -138,46 +136,16 @@ def run(command: str | list[str], kernel: str | os.PathLike = "stock", *,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="example: python3 -m incast.vm.qemu --kernel hrtimer -- "
-                                        "sysctl net.ipv4.tcp_rto_hrtimer")
-    ap.add_argument("--kernel", default="stock", help="stock, hrtimer, or a bzImage path")
-    ap.add_argument("--results", help="results directory (default: a new one under /tmp)")
-    ap.add_argument("--timeout", type=float, default=900, help="seconds before QEMU is killed")
+    ap = command_parser(__doc__.split("\n\n")[0],
+                        "python3 -m incast.vm.qemu --kernel hrtimer -- sysctl net.ipv4.tcp_rto_hrtimer",
+                        "stock", "stock, hrtimer, or a bzImage path", 900, 2048)
     ap.add_argument("--cpus", type=int, default=2)
-    ap.add_argument("--memory", type=int, default=2048, help="MiB")
     ap.add_argument("--accel", choices=("kvm", "tcg"), help="default: kvm if /dev/kvm works")
-    ap.add_argument("--append", default="", help="extra kernel command line")
-    ap.add_argument("--console", action="store_true", help="also print the guest console")
-    ap.add_argument("command", nargs=argparse.REMAINDER, help="command to run in the guest")
-    a = ap.parse_args(argv)
-    cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
-    if not cmd:
-        ap.error("no command given")
-    command = cmd[0] if len(cmd) == 1 else cmd
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        r = run(command, a.kernel, results_dir=a.results, timeout=a.timeout, cpus=a.cpus,
-                memory_mb=a.memory, accel=a.accel, append=a.append)
-    except VMError as e:
-        print(f"incast.vm.qemu: {e}", file=sys.stderr)
-        return 125
-    except Signalled as e:
-        print(f"incast.vm.qemu: stopped by signal {e.args[0]}; QEMU killed", file=sys.stderr)
-        return 128 + e.args[0]
-    except KeyboardInterrupt:
-        print("incast.vm.qemu: interrupted; QEMU killed", file=sys.stderr)
-        return 130
-    if a.console:
-        sys.stderr.write(r.console)
-    sys.stdout.write(r.output)
-    print(f"incast.vm.qemu: {r.guest.get('kernel-release', '?')} ({r.accel}), {r.elapsed:.1f} s, "
-          f"results in {r.results_dir}" + (", TIMED OUT" if r.timed_out else ""), file=sys.stderr)
-    if r.returncode is None:
-        print("incast.vm.qemu: the guest command did not finish; console tail:\n" + r.console[-2000:],
-              file=sys.stderr)
-        return 124 if r.timed_out else 125
-    return r.returncode
+    return command_main(
+        ap, argv, "incast.vm.qemu", "QEMU",
+        lambda a, command: run(command, a.kernel, results_dir=a.results, timeout=a.timeout, cpus=a.cpus,
+                               memory_mb=a.memory, accel=a.accel, append=a.append),
+        lambda r: f"{r.guest.get('kernel-release', '?')} ({r.accel}), {r.elapsed:.1f} s")
 
 
 if __name__ == "__main__":

@@ -33,14 +33,12 @@ busy-polls stops virtual time from advancing while it spins.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
-import signal
 import sys
 from pathlib import Path
 
-from .guest import GUEST_INIT, Signalled, VMError, VMResult, collect, find_kernel, prepare, supervise
+from .guest import GUEST_INIT, VMResult, collect, command_main, command_parser, find_kernel, prepare, supervise
 
 VARIANTS = ("uml-stock", "uml-hrtimer")
 BUILD_HINT = "kernels/build.sh --uml"
@@ -78,47 +76,19 @@ def run(command: str | list[str], kernel: str | os.PathLike = "uml-stock", *,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="example: python3 -m incast.vm.uml --kernel uml-hrtimer -- "
-                                        "sysctl net.ipv4.tcp_rto_hrtimer")
-    ap.add_argument("--kernel", default="uml-stock", help="uml-stock, uml-hrtimer, or a UML linux binary")
-    ap.add_argument("--results", help="results directory (default: a new one under /tmp)")
-    ap.add_argument("--timeout", type=float, default=3600, help="host seconds before UML is killed")
-    ap.add_argument("--memory", type=int, default=3072, help="guest memory, MiB")
-    ap.add_argument("--append", default="", help="extra kernel command line")
-    ap.add_argument("--console", action="store_true", help="also print the guest console")
-    ap.add_argument("command", nargs=argparse.REMAINDER, help="command to run in the guest")
-    a = ap.parse_args(argv)
-    cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
-    if not cmd:
-        ap.error("no command given")
-    command = cmd[0] if len(cmd) == 1 else cmd
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        r = run(command, a.kernel, results_dir=a.results, timeout=a.timeout, memory_mb=a.memory,
-                append=a.append)
-    except VMError as e:
-        print(f"incast.vm.uml: {e}", file=sys.stderr)
-        return 125
-    except Signalled as e:
-        print(f"incast.vm.uml: stopped by signal {e.args[0]}; UML killed", file=sys.stderr)
-        return 128 + e.args[0]
-    except KeyboardInterrupt:
-        print("incast.vm.uml: interrupted; UML killed", file=sys.stderr)
-        return 130
-    if a.console:
-        sys.stderr.write(r.console)
-    sys.stdout.write(r.output)
-    virtual = r.guest_seconds
-    vtext = f"{virtual:.3f} s" if virtual is not None else "?"
-    print(f"incast.vm.uml: {r.guest.get('kernel-release', '?')}, host {r.elapsed:.1f} s, "
-          f"virtual {vtext}, results in {r.results_dir}" + (", TIMED OUT" if r.timed_out else ""),
-          file=sys.stderr)
-    if r.returncode is None:
-        print("incast.vm.uml: the guest command did not finish; console tail:\n" + r.console[-2000:],
-              file=sys.stderr)
-        return 124 if r.timed_out else 125
-    return r.returncode
+    ap = command_parser(__doc__.split("\n\n")[0],
+                        "python3 -m incast.vm.uml --kernel uml-hrtimer -- sysctl net.ipv4.tcp_rto_hrtimer",
+                        "uml-stock", "uml-stock, uml-hrtimer, or a UML linux binary", 3600, 3072)
+
+    def describe(r: VMResult) -> str:
+        virtual = f"{r.guest_seconds:.3f} s" if r.guest_seconds is not None else "?"
+        return f"{r.guest.get('kernel-release', '?')}, host {r.elapsed:.1f} s, virtual {virtual}"
+
+    return command_main(
+        ap, argv, "incast.vm.uml", "UML",
+        lambda a, command: run(command, a.kernel, results_dir=a.results, timeout=a.timeout,
+                               memory_mb=a.memory, append=a.append),
+        describe)
 
 
 if __name__ == "__main__":
