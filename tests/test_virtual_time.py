@@ -71,16 +71,18 @@ def test_same_scenario_same_block_times(tmp_path, no_leftovers):
 @needs("uml-hrtimer")
 @needs("uml-stock")
 def test_collapse_at_16_servers_and_hrtimer_recovery(tmp_path, no_leftovers):
-    """SIGCOMM'09 in miniature: 16 servers, a 32 KiB buffer at 1 Gbit/s. With the stock
-    200 ms minimum RTO goodput collapses; with microsecond RTOs on the hrtimer kernel it
-    stays near the link."""
-    args = [*BASE, "--senders", "16"]
+    """SIGCOMM'09 Figure 1 at 16 servers: 1 MiB blocks through a 64 KiB buffer at
+    1 Gbit/s. With the stock 200 ms minimum RTO goodput collapses (a block waits out a
+    whole RTO); with microsecond RTOs on the hrtimer kernel it stays near the link.
+    (Measured: 193 and 883 Mbit/s.)"""
+    args = ["--clock", "virtual", "--link-rate", "1Gbit", "--buffer", "64KiB", "--workload", "fixed-block",
+            "--block", "1MiB", "--blocks", "20", "--warmup", "3", "--cc", "reno", "--senders", "16"]
     stock = run_json(*args, "--kernel", "stock", "--rto-min", "200ms", "--out", tmp_path / "stock")
     hr = run_json(*args, "--kernel", "hrtimer", "--rto-min", "200us", "--out", tmp_path / "hr")
     limit = stock["link_mbps"] * PAYLOAD_SHARE
-    assert stock["timeouts"] > 0 and stock["goodput_mbps"] < 0.3 * limit, stock["goodput_mbps"]
-    assert hr["goodput_mbps"] > 0.7 * limit, hr["goodput_mbps"]
-    assert hr["goodput_mbps"] > 4 * stock["goodput_mbps"]
+    assert stock["goodput_mbps"] < 0.3 * limit and stock["block_ms_max"] > 200, stock
+    assert hr["goodput_mbps"] > 0.8 * limit and hr["block_ms_max"] < 50, hr
+    assert hr["goodput_mbps"] > 3 * stock["goodput_mbps"]
 
 
 @needs("uml-stock")
@@ -101,7 +103,7 @@ def test_queue_telemetry_is_sampled_in_virtual_time(tmp_path, no_leftovers):
     # Samples are 20 us apart (in virtual time exactly, but for the 256 ns UML charges
     # each clock read: a few per sample); a queue that did not change is not recorded.
     steps = samples["time_us"].drop_duplicates().diff().dropna()
-    assert steps.min() > 19 and 19.5 < steps.median() < 20.5, steps.describe()
+    assert steps.min() > 18 and 19.5 < steps.median() < 20.5, steps.describe()
     assert any("sampled every 20 us" in n for n in s["telemetry_notes"])
     drops = int(q.loc[q["port"] == port, "drops"].sum())
     assert drops > 0
