@@ -53,17 +53,17 @@ def test_one_sender_holds_the_payload_limit_at_1gbit(tmp_path, no_leftovers):
 def test_same_scenario_same_block_times(tmp_path, no_leftovers):
     """Determinism: two runs of one scenario (8 servers, losses and timeouts included)
     drop and retransmit the same packets and give every block the same duration, to
-    within two clock reads: UML charges each clock read in process context 256 ns of
+    within a few clock reads: UML charges each clock read in process context 256 ns of
     virtual time (TIMER_MULTIPLIER in arch/um/kernel/time.c), and a run's processes do
     not read the clock the same number of times in every boot (measured: some blocks
-    differ by 256 or 512 ns, the others not at all)."""
+    differ by 256 ns to 1.024 us, most not at all; a full frame takes 12 us)."""
     args = [*BASE, "--kernel", "stock", "--senders", "8", "--rto-min", "min", "--seed", "7"]
     a = run_json(*args, "--out", tmp_path / "a")
     b = run_json(*args, "--out", tmp_path / "b")
     ta = pd.read_parquet(tmp_path / "a" / "blocks.parquet")["duration_ms"]
     tb = pd.read_parquet(tmp_path / "b" / "blocks.parquet")["duration_ms"]
     assert len(ta) == 20
-    assert (ta - tb).abs().max() <= 0.000512, (ta - tb).abs().max()
+    assert (ta - tb).abs().max() <= 0.002, (ta - tb).abs().max()
     for k in ("drops", "timeouts", "retransmits", "bottleneck_drops"):
         assert a[k] == b[k], k
 
