@@ -201,14 +201,14 @@ def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out
     host wall time beside the guest's (virtual) time."""
     import shutil
     import tempfile
-    from .vm import qemu, uml
+    from .vm import guest, qemu, uml
     from .probe import MissingFeature
     from .results import Claim
     virtual = scenario.clock == "virtual"
     variant = uml.variant(scenario.kernel) if virtual else scenario.kernel
     if not virtual and qemu.qemu_binary() is None:
         raise MissingFeature("--kernel needs qemu-system-x86_64 (Debian package qemu-system-x86)")
-    if qemu.kernel_dir(variant) is None:
+    if guest.kernel_dir(variant) is None:
         hint = "kernels/build.sh --uml" if virtual else "kernels/build.sh"
         raise MissingFeature(f"the {variant} kernel is not built for the current inputs: run {hint}")
     inner = scenario.model_copy(update={"kernel": "host", "clock": "real"})
@@ -464,8 +464,7 @@ def _summary(scenario, dp, lab: _Lab, m: _Measured, tcp, auto_rate, results, cal
     if m.backlog_drops:
         log(f"warning: {m.backlog_drops} packets dropped by full CPU input backlogs, not by the "
             "switch (raise net.core.netdev_max_backlog)")
-    summary["fidelity"] = _fidelity(scenario, m, calibrating or dp.features.virtual_time, log,
-                                    dp.features.virtual_time)
+    summary["fidelity"] = _fidelity(scenario, m, calibrating, log, dp.features.virtual_time)
     if not summary["fidelity"]["ok"]:
         log(fidelity.warning_line(summary["fidelity"]))
     return summary
@@ -483,9 +482,10 @@ def _pause_summary(scenario, pause: dict) -> dict:
 
 
 def _fidelity(scenario, m: _Measured, calibrating: bool, log, virtual_time: bool = False) -> dict:
-    """calibrating: a calibration trial, or virtual time (no calibration applies there)."""
-    faithful_bps = None if calibrating else calibrated_rate(scenario)
-    if faithful_bps is None and not calibrating and dataplanes.REGISTRY[scenario.dataplane].calibrated:
+    """calibrating: a calibration trial; virtual_time: no calibration applies there."""
+    uncalibrated = calibrating or virtual_time
+    faithful_bps = None if uncalibrated else calibrated_rate(scenario)
+    if faithful_bps is None and not uncalibrated and dataplanes.REGISTRY[scenario.dataplane].calibrated:
         log("warning: this machine is not calibrated, so the run cannot say whether its link rate "
             "is one the machine holds (incast calibrate: under a minute, once)")
     rows = fidelity.link_rows(m.links, m.monitored) if m.monitored else []

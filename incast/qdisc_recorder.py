@@ -136,7 +136,6 @@ class QdiscRecorder(KernelQueueRecorder):
         self.probe_mode = "auto"            # or "tp_btf" / "tracepoint" (tests; auto falls back)
         self.leaf_major_base = LEAF_MAJOR_BASE   # 0: occupancy from counters only
         self.mode: str | None = None        # "tp_btf" or "tracepoint" once attached
-        self._lines: list[str] = []
 
     def command(self, binary: Path) -> list[str]:
         return [str(binary), "--netns-inode", str(self.inode),
@@ -178,13 +177,6 @@ class QdiscRecorder(KernelQueueRecorder):
             rc = self.proc.returncode if self.proc else None
             return f"no output (exit status {rc})" if rc is not None else "no READY in time"
         return line.replace("qdisc-trace: error: ", "")
-
-    def _value(self, key: str) -> list[int] | None:
-        for line in reversed(self._lines):
-            parts = line.split()
-            if parts and parts[0] == key:
-                return [int(x) for x in parts[1:]]
-        return None
 
     def stop(self, t0_ns: int) -> TelemetryResult:
         self._interrupt()

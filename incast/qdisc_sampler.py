@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .qdisc_recorder import LEAF_MAJOR_BASE
 from .telemetry import KernelQueueRecorder, TelemetryResult, build_table, empty_table
 from .workload import HOSTS_DIR
 
 SAMPLER = HOSTS_DIR / "qdisc_sampler.py"
-LEAF_MAJOR_BASE = 0x10      # class c of a port is the leaf qdisc (0x10 + c):, see dataplane/linux.py
 RECORD_DTYPE = np.dtype([("ts_ns", "<u8"), ("ifindex", "<u4"), ("queue", "<i4"), ("qlen", "<u4"),
                          ("backlog", "<u4"), ("drops", "<u4"), ("pad", "<u4"), ("packets", "<u8")])
 assert RECORD_DTYPE.itemsize == 40
@@ -48,15 +48,14 @@ def decode_samples(rec: np.ndarray, t0_ns: int, ports: dict[int, tuple[str, str]
     leaf = pd.merge_asof(leaf, root[["ts_ns", "ifindex", "port_packets", "port_bytes"]],
                          on="ts_ns", by="ifindex", direction="backward")
     leaf[["port_packets", "port_bytes"]] = leaf[["port_packets", "port_bytes"]].fillna(0)
-    first = leaf.groupby(["ifindex", "queue"])["drops"].transform("first")
-    new_drops = leaf.groupby(["ifindex", "queue"])["drops"].diff().fillna(leaf["drops"] - first)
+    # A queue's first record is the counter's baseline: drops before it are not the run's.
+    new_drops = leaf.groupby(["ifindex", "queue"])["drops"].diff().fillna(0)
     drop_rows = leaf.loc[leaf.index.repeat(new_drops.clip(lower=0).astype(int))]
     rows = pd.concat([leaf.assign(event="sample"), drop_rows.assign(event="drop")], ignore_index=True)
-    names = {i: p for i, p in ports.items()}
     return build_table({
         "time_us": (rows["ts_ns"] - t0_ns) / 1000.0,
-        "switch": [names.get(int(i), ("?", ""))[0] for i in rows["ifindex"]],
-        "port": [names.get(int(i), ("?", f"if{int(i)}"))[1] for i in rows["ifindex"]],
+        "switch": [ports.get(int(i), ("?", ""))[0] for i in rows["ifindex"]],
+        "port": [ports.get(int(i), ("?", f"if{int(i)}"))[1] for i in rows["ifindex"]],
         "queue": rows["queue"],
         "event": rows["event"],
         "packets": rows["qlen"],
@@ -77,7 +76,6 @@ class QdiscSampler(KernelQueueRecorder):
         super().__init__(run_dir, netns_inode, ports, host_of_ip)
         self.interval_us = interval_us
         self.raw_path = self.run_dir / "telemetry.samples.bin"
-        self._lines: list[str] = []
 
     def start(self, timeout: float = 60.0) -> None:
         # Runs in the caller's network namespace: the runner is in the switch's (world).
@@ -98,25 +96,20 @@ class QdiscSampler(KernelQueueRecorder):
                 self._ready.set()
         self._ready.set()
 
-    def _value(self, key: str) -> int | None:
-        for line in reversed(self._lines):
-            parts = line.split()
-            if len(parts) == 2 and parts[0] == key:
-                return int(parts[1])
-        return None
+    def _count(self, key: str) -> int | None:
+        value = self._value(key)
+        return value[0] if value else None
 
     def stop(self, t0_ns: int) -> TelemetryResult:
         self._interrupt()
-        records, samples = self._value("RECORDS"), self._value("SAMPLES")
+        records, samples = self._count("RECORDS"), self._count("SAMPLES")
         if self.proc.returncode != 0 or records is None:
             err = self._stderr.decode(errors="replace").strip().splitlines()
             raise RuntimeError(f"telemetry: the qdisc sampler failed: {err[-1] if err else 'no report'}")
         size = self.raw_path.stat().st_size
         rec = np.fromfile(self.raw_path, dtype=RECORD_DTYPE, count=size // RECORD_DTYPE.itemsize)
         self.raw_path.unlink()
-        span = self._value("SPAN_NS") or 0
-        achieved = span / 1000 / max(1, samples - 1)
-        self.achieved_interval_us = achieved
+        achieved = (self._count("SPAN_NS") or 0) / 1000 / max(1, samples - 1)
         notes = [f"telemetry: qdisc statistics sampled every {self.interval_us:g} us "
                  f"(achieved {achieved:.1f} us on average, {samples} samples): "
                  "no per-packet fields (flow, pkt_len, sojourn_us), drops placed at the sample "

@@ -237,6 +237,7 @@ class KernelQueueRecorder:
         self._ready = threading.Event()   # the recorder said READY (or its stdout closed)
         self._reader: threading.Thread | None = None
         self._err_reader: threading.Thread | None = None
+        self._lines: list[str] = []       # the recorder's stdout lines (READY, its reports)
 
     def _spawn(self, argv: list[str], **popen) -> None:
         """Start the recorder process; _pump reads its stdout, _pump_err its stderr."""
@@ -248,6 +249,13 @@ class KernelQueueRecorder:
 
     def _pump(self) -> None:
         raise NotImplementedError
+
+    def _value(self, key: str) -> list[int] | None:
+        for line in reversed(self._lines):
+            parts = line.split()
+            if parts and parts[0] == key:
+                return [int(x) for x in parts[1:]]
+        return None
 
     def _pump_err(self) -> None:
         self._stderr = self.proc.stderr.read()
