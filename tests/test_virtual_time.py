@@ -1,7 +1,8 @@
 """Virtual time: the testbed inside User-Mode Linux with time-travel (incast/vm/uml.py).
 
 There the emulated links hold their rate on any machine, a microsecond timeout fires
-after exactly that long, and the same scenario gives the same block times again. The
+after exactly that long, and a rerun repeats the block times where nothing is dropped
+(and the statistics where something is). The
 tests run `incast run --clock virtual` as users do; they skip where the UML kernels
 are not built for the current inputs (kernels/build.sh --uml) or when not root.
 """
@@ -50,38 +51,53 @@ def test_one_sender_holds_the_payload_limit_at_1gbit(tmp_path, no_leftovers):
 
 
 @needs("uml-stock")
-def test_same_scenario_same_block_times(tmp_path, no_leftovers):
-    """Determinism: two runs of one scenario (8 servers, losses and timeouts included)
-    drop and retransmit the same packets and give every block the same duration, to
-    within a few clock reads: UML charges each clock read in process context 256 ns of
-    virtual time (TIMER_MULTIPLIER in arch/um/kernel/time.c), and a run's processes do
-    not read the clock the same number of times in every boot (measured: some blocks
-    differ by 256 ns to 1.024 us, most not at all; a full frame takes 12 us)."""
+def test_rerun_without_drops_repeats_every_block_time(tmp_path, no_leftovers):
+    """Where nothing is dropped, two runs of one scenario give every block the same
+    duration, to within a few clock reads: UML charges each clock read in process
+    context 256 ns of virtual time (TIMER_MULTIPLIER in arch/um/kernel/time.c), and a
+    run's processes do not read the clock exactly as often in every boot. (Measured:
+    identical to the nanosecond in three runs.)"""
+    args = [*BASE, "--kernel", "stock", "--senders", "8", "--buffer", "1MiB", "--seed", "7"]
+    a = run_json(*args, "--out", tmp_path / "a")
+    b = run_json(*args, "--out", tmp_path / "b")
+    assert a["drops"] == b["drops"] == 0, "the scenario is meant to be lossless"
+    ta = pd.read_parquet(tmp_path / "a" / "blocks.parquet")["duration_ms"]
+    tb = pd.read_parquet(tmp_path / "b" / "blocks.parquet")["duration_ms"]
+    assert len(ta) == len(tb) == 20
+    assert (ta - tb).abs().max() <= 0.002, (ta - tb).abs().max()
+
+
+@needs("uml-stock")
+def test_rerun_with_drops_repeats_the_statistics(tmp_path, no_leftovers):
+    """Where the switch drops, a shift of a few clock reads can decide which of two
+    packets meets the full queue, and a rerun may follow another trajectory (measured:
+    four different ones in sixteen runs of this scenario, goodput 185.0-187.0 Mbit/s,
+    583-599 drops). What repeats is the scenario's statistics."""
     args = [*BASE, "--kernel", "stock", "--senders", "8", "--rto-min", "min", "--seed", "7"]
     a = run_json(*args, "--out", tmp_path / "a")
     b = run_json(*args, "--out", tmp_path / "b")
-    ta = pd.read_parquet(tmp_path / "a" / "blocks.parquet")["duration_ms"]
-    tb = pd.read_parquet(tmp_path / "b" / "blocks.parquet")["duration_ms"]
-    assert len(ta) == 20
-    assert (ta - tb).abs().max() <= 0.002, (ta - tb).abs().max()
-    for k in ("drops", "timeouts", "retransmits", "bottleneck_drops"):
-        assert a[k] == b[k], k
+    assert a["drops"] > 100 and b["drops"] > 100
+    assert abs(a["goodput_mbps"] - b["goodput_mbps"]) < 0.05 * a["goodput_mbps"], (a, b)
+    assert abs(a["drops"] - b["drops"]) < 0.15 * a["drops"], (a["drops"], b["drops"])
 
 
 @needs("uml-hrtimer")
 @needs("uml-stock")
-def test_collapse_at_16_servers_and_hrtimer_recovery(tmp_path, no_leftovers):
-    """SIGCOMM'09 Figure 1 at 16 servers: 1 MiB blocks through a 64 KiB buffer at
-    1 Gbit/s. With the stock 200 ms minimum RTO goodput collapses (a block waits out a
-    whole RTO); with microsecond RTOs on the hrtimer kernel it stays near the link.
-    (Measured: 193 and 883 Mbit/s.)"""
+def test_collapse_and_hrtimer_recovery_at_40_servers(tmp_path, no_leftovers):
+    """SIGCOMM'09 Figure 1 at 40 servers: 1 MiB blocks through a 64 KiB buffer at
+    1 Gbit/s. With the stock 200 ms minimum RTO goodput collapses (blocks wait out
+    whole RTOs); with microsecond RTOs on the hrtimer kernel no block waits that long
+    and goodput is several times higher. (Measured, seeds 2 and 3: 98.6 and 99.0 Mbit/s;
+    553.7 and 559.1.) At 16 servers the stock run is near a tipping point on this
+    kernel: most runs collapse (117-179 Mbit/s) but some see no timeout at all (554),
+    so a test there would depend on the trajectory."""
     args = ["--clock", "virtual", "--link-rate", "1Gbit", "--buffer", "64KiB", "--workload", "fixed-block",
-            "--block", "1MiB", "--blocks", "20", "--warmup", "3", "--cc", "reno", "--senders", "16"]
+            "--block", "1MiB", "--blocks", "20", "--warmup", "3", "--cc", "reno", "--senders", "40"]
     stock = run_json(*args, "--kernel", "stock", "--rto-min", "200ms", "--out", tmp_path / "stock")
     hr = run_json(*args, "--kernel", "hrtimer", "--rto-min", "200us", "--out", tmp_path / "hr")
     limit = stock["link_mbps"] * PAYLOAD_SHARE
     assert stock["goodput_mbps"] < 0.3 * limit and stock["block_ms_max"] > 200, stock
-    assert hr["goodput_mbps"] > 0.8 * limit and hr["block_ms_max"] < 50, hr
+    assert hr["goodput_mbps"] > 0.4 * limit and hr["block_ms_max"] < 100, hr
     assert hr["goodput_mbps"] > 3 * stock["goodput_mbps"]
 
 

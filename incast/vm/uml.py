@@ -5,8 +5,10 @@ UML runs the real kernel (TCP, qdiscs, bridges, namespaces) as a host process; w
 ``time-travel=inf-cpu`` its clock is virtual: the CPU is infinitely fast, and time
 advances only when every guest task is idle, straight to the next timer. An emulated
 1 Gbit/s link then holds its rate whatever the host machine, a 20 us timeout fires
-after exactly 20 us, and a run with the same inputs gives the same times again. The
-cost is host wall time: every packet is still processed, on one host CPU.
+after exactly 20 us, and a run with the same inputs gives the same times again to
+within a few clock reads (UML charges 256 ns for each read in process context; where
+packets are dropped, such a shift can change which one, and the rerun's trajectory,
+but not its statistics). The cost is host wall time: every packet is still processed, on one host CPU.
 
 The guest's root is the host's / over hostfs, read-only (the checkout and the venv are
 at the same paths); /tmp, /run, /var/tmp are tmpfs; the results directory is a second,
