@@ -255,7 +255,8 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None,
         features = probe()
         for note in require(features, scenario):
             log(note)
-        tcp = hostconfig.TcpProfile.resolve(scenario, features)
+        # The servers' profile is the run's headline: their timeouts make the collapse.
+        tcp = hostconfig.TcpProfile.of(scenario, features, "servers")
     except BaseException:
         results.claim.abandon()
         raise
@@ -311,10 +312,11 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     from mininet.net import Mininet
     from mininet.node import Host
     setLogLevel("error")
-    if scenario.tcp.cc not in features.cc_allowed:
+    wanted = sorted({t.cc for _, t in scenario.tcp.all_settings()} - set(features.cc_allowed))
+    if wanted:
         # Namespaces may only pick algorithms the init namespace allows.
         res.set_global_sysctl("net.ipv4.tcp_allowed_congestion_control",
-                              " ".join(features.cc_allowed + [scenario.tcp.cc]))
+                              " ".join(features.cc_allowed + wanted))
     res.create_world()
     t_build = time.monotonic()
     topo = topology.load(scenario.topology.kind, scenario.topology.senders)
@@ -325,7 +327,8 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     client = net.get(topo.client)
     servers = [net.get(s) for s in topo.servers]
     res.name_host_netns({h.name: h.pid for h in net.hosts})
-    hostconfig.configure_hosts(net.hosts, scenario, tcp, features)
+    applied = hostconfig.configure_hosts(net.hosts, scenario, features)
+    results.write_json("tcp_hosts.json", applied)
     dp.configure(net, topo)
     for name, text in dp.artifacts().items():
         results.write_text(name, text)
@@ -454,6 +457,8 @@ def _summary(scenario, dp, lab: _Lab, m: _Measured, tcp, auto_rate, results, cal
                     "build_s": round(lab.build_s, 3), "repetitions": scenario.workload.repetitions,
                     "backlog_drops": m.backlog_drops, "link_rate_auto": auto_rate,
                     "run_dir": str(results.final)})
+    if scenario.tcp.hosts:      # cc and rto_min above are the servers' role's
+        summary["tcp_hosts"] = dict(scenario.tcp.hosts)
     if m.telemetry_notes:
         summary["telemetry_notes"] = m.telemetry_notes
     if m.pause is not None:

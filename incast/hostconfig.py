@@ -35,7 +35,7 @@ NIC_SLACK_FRAMES_MAX = 8
 
 @dataclass(frozen=True)
 class TcpProfile:
-    """The hosts' TCP as the scenario asks for it and this kernel can give it, resolved
+    """A host's TCP as the scenario asks for it and this kernel can give it, resolved
     once: what the hosts are configured with is what the results report."""
     cc: str
     rto_min_us: int         # tcp.rto_min, with "min" replaced by the lowest this kernel accepts
@@ -45,12 +45,17 @@ class TcpProfile:
     route_metrics: str      # per-route options ("" for none)
 
     @classmethod
-    def resolve(cls, scenario, features) -> "TcpProfile":
-        tcp = scenario.tcp
+    def resolve(cls, tcp, features) -> "TcpProfile":
+        """From scenario.TcpSettings (one profile)."""
         rto_min_us = features.lowest_rto_min_us if tcp.rto_min == "min" else tcp.rto_min
         hrtimer = bool(features.hrtimer_rto and tcp.hrtimer_rto is not False)
         return cls(tcp.cc, rto_min_us, hrtimer, features.effective_rto_floor(rto_min_us, hrtimer),
                    _sysctls(tcp, rto_min_us, features), _route_metrics(tcp, rto_min_us, features))
+
+    @classmethod
+    def of(cls, scenario, features, host: str) -> "TcpProfile":
+        """The profile of a host, or of a role (``client``, ``servers``)."""
+        return cls.resolve(scenario.tcp.for_host(host), features)
 
 
 def _sysctls(tcp, rto_min_us: int, features) -> dict[str, str]:
@@ -174,6 +179,9 @@ def host_script(host, scenario, tcp: TcpProfile, features) -> str:
     if metrics:
         lines.append(f"ip route replace 10.0.0.0/8 dev {intf} proto kernel scope link src {ip} {metrics}")
     lines.append("echo CONFIGURED")
+    # Read back what the namespace now has: the results report that, not the request.
+    lines.append(f"sysctl {' '.join(tcp.sysctls)}")
+    lines.append("ip route show 10.0.0.0/8 | sed 's/^/route: /'")
     return "\n".join(lines)
 
 
@@ -185,20 +193,30 @@ def host_popen(host, cmd: list[str], **kwargs) -> subprocess.Popen:
     return subprocess.Popen(["nsenter", f"--net=/proc/{host.pid}/ns/net", "--", *cmd], **kwargs)
 
 
-def configure_hosts(hosts, scenario, tcp: TcpProfile, features) -> None:
-    """Apply the TCP profile and the NIC to every host (in parallel); raise with the
-    first host's error."""
-    procs = [(h, host_popen(h, ["sh", "-c", host_script(h, scenario, tcp, features)],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-             for h in hosts]
-    failed = []
+def configure_hosts(hosts, scenario, features) -> dict[str, dict]:
+    """Apply each host's TCP profile and its NIC (all hosts in parallel); raise with the
+    first host's error. Returns, per host, its profile's name and the TCP settings read
+    back from its namespace (sysctls, and the route carrying the per-route options)."""
+    procs = []
+    for h in hosts:
+        tcp = TcpProfile.of(scenario, features, h.name)
+        procs.append((h, host_popen(h, ["sh", "-c", host_script(h, scenario, tcp, features)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    failed, applied = [], {}
     for h, p in procs:
         out, _ = p.communicate()
         if p.returncode or "CONFIGURED" not in out:
             lines = out.strip().splitlines()
             failed.append(f"configuring host {h.name} failed: {lines[-1] if lines else 'no output'}")
+            continue
+        readback = out.split("CONFIGURED", 1)[1].strip().splitlines()
+        sysctls = dict(ln.split(" = ", 1) for ln in readback if " = " in ln)
+        route = next((ln[len("route: "):] for ln in readback if ln.startswith("route: ")), "")
+        applied[h.name] = {"profile": scenario.tcp.profile_of(h.name) or "tcp", "sysctls": sysctls,
+                           "route": route.strip()}
     if failed:
         raise RuntimeError(failed[0])
+    return applied
 
 
 def read_counters(pid: int) -> dict[str, int]:

@@ -225,18 +225,19 @@ def require(features: Features, scenario) -> list[str]:
         raise MissingFeature("the kernel lacks the tbf qdisc (CONFIG_NET_SCH_TBF), which paces every host's NIC")
     if scenario.link.needs_netem and not features.qdiscs.get("netem"):
         raise MissingFeature("link.delay/jitter/loss need the netem qdisc, which this kernel lacks (CONFIG_NET_SCH_NETEM)")
-    cc = scenario.tcp.cc
-    if cc not in features.cc_available:
-        raise MissingFeature(f"tcp.cc {cc!r} is not available in this kernel (available: {' '.join(features.cc_available)})")
-    t = scenario.tcp
-    if (t.hrtimer_rto or t.rto_random_pct or t.delack_us) and not features.hrtimer_rto:
-        raise MissingFeature("tcp.hrtimer_rto/rto_random_pct/delack_us need the hrtimer kernel "
-                             "(kernels/; run with --kernel hrtimer)")
-    rto = scenario.tcp.rto_min
-    if rto != "min" and not features.hrtimer_rto:
-        if not features.rto_min_us_sysctl and rto % 1000:
-            raise MissingFeature("tcp.rto_min below ms resolution needs net.ipv4.tcp_rto_min_us (Linux >= 6.11)")
-        floor = features.effective_rto_floor_us(rto)
-        if floor != rto:
-            notes.append(f"rto_min {rto} us is rounded by HZ={features.hz} timers to {floor} us")
+    for label, t in scenario.tcp.all_settings():
+        if t.cc not in features.cc_available:
+            raise MissingFeature(f"{label}.cc {t.cc!r} is not available in this kernel "
+                                 f"(available: {' '.join(features.cc_available)})")
+        if (t.hrtimer_rto or t.rto_random_pct or t.delack_us) and not features.hrtimer_rto:
+            raise MissingFeature(f"{label}: hrtimer_rto/rto_random_pct/delack_us need the hrtimer kernel "
+                                 "(kernels/; run with --kernel hrtimer)")
+        rto = t.rto_min
+        if rto != "min" and not features.hrtimer_rto:
+            if not features.rto_min_us_sysctl and rto % 1000:
+                raise MissingFeature(f"{label}.rto_min below ms resolution needs net.ipv4.tcp_rto_min_us "
+                                     "(Linux >= 6.11)")
+            floor = features.effective_rto_floor_us(rto)
+            if floor != rto:
+                notes.append(f"{label}.rto_min {rto} us is rounded by HZ={features.hz} timers to {floor} us")
     return notes

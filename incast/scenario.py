@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
-                      field_validator, model_validator)
+                      create_model, field_validator, model_validator)
 
 from .units import (format_rate, format_size, format_time_us, parse_rate, parse_size,
                     parse_time_us)
@@ -234,8 +234,8 @@ class Switch(_Model):
         return limits
 
 
-class TCP(_Model):
-    """TCP profile of every host (set per network namespace)."""
+class TcpSettings(_Model):
+    """One TCP profile (set per network namespace)."""
     cc: str = Field("reno", pattern=r"^[a-z0-9_]{1,16}$", description="congestion control, always set explicitly")
     rto_min: RtoMin = 200_000
     delayed_ack: bool = True
@@ -247,6 +247,74 @@ class TCP(_Model):
     hrtimer_rto: bool | None = Field(None, description="net.ipv4.tcp_rto_hrtimer; default: on where the kernel has it")
     rto_random_pct: int = Field(0, ge=0, le=100, description="net.ipv4.tcp_rto_random_pct (50: the paper's)")
     delack_us: int = Field(0, ge=0, le=1_000_000, description="net.ipv4.tcp_delack_us; 0 = the kernel's delayed ACK")
+
+
+def _optional(f):
+    """A field's type, its validators and limits kept, with None allowed (unset)."""
+    return Annotated[(Union[f.annotation, None], *f.metadata)] if f.metadata else Union[f.annotation, None]
+
+
+# A named profile gives only what differs from [tcp]; the merged profile is validated
+# as TcpSettings (so the same limits apply).
+TcpProfileFields = create_model(
+    "TcpProfileFields", __base__=_Model,
+    **{name: (_optional(f), Field(None, description=f.description))
+       for name, f in TcpSettings.model_fields.items()})
+
+_PROFILE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+ROLES = ("client", "servers")
+
+
+class TCP(TcpSettings):
+    """The hosts' TCP: every host's profile, unless ``hosts`` gives it a named one.
+
+    ``profiles`` names profiles by the fields that differ from this table; ``hosts``
+    assigns them to a role (``client``, ``servers``) or a host (``server3``); a host's
+    own entry wins over its role's. The settings are per network namespace, so one
+    kernel runs hosts with different profiles (SIGCOMM'09 Figure 6: microsecond-RTO
+    servers and a client with or without delayed ACK)."""
+    profiles: dict[str, TcpProfileFields] = Field(default_factory=dict)
+    hosts: dict[str, str] = Field(default_factory=dict, description="role or host -> profile name")
+
+    @model_validator(mode="after")
+    def _profiles_resolve(self):
+        for name in self.profiles:
+            if not _PROFILE_NAME.match(name):
+                raise ValueError(f"profiles: {name!r} is not a profile name (letters, digits, _ and -)")
+            self.settings(name)     # the merged profile must be valid
+        for who, name in self.hosts.items():
+            if who not in ROLES and not re.fullmatch(r"server[1-9][0-9]*", who):
+                raise ValueError(f"hosts: {who!r} is neither a role ({', '.join(ROLES)}) nor a host (serverN)")
+            if name not in self.profiles:
+                known = ", ".join(self.profiles) or "none defined"
+                raise ValueError(f"hosts.{who}: no profile {name!r} (profiles: {known})")
+        return self
+
+    def settings(self, profile: str | None = None) -> TcpSettings:
+        """[tcp] itself (profile None), or a named profile merged over it."""
+        base = {k: getattr(self, k) for k in TcpSettings.model_fields}
+        if profile is None:
+            return TcpSettings(**base)
+        over = self.profiles[profile].model_dump(exclude_none=True)
+        try:
+            return TcpSettings(**{**base, **over})
+        except ValidationError as e:
+            raise ValueError(f"profiles.{profile}.{format_validation_error(e)}") from None
+
+    def profile_of(self, host: str) -> str | None:
+        """The profile name a host runs (None: [tcp] itself)."""
+        if host in self.hosts:
+            return self.hosts[host]
+        role = "client" if host == "client" else "servers" if host.startswith("server") else None
+        return self.hosts.get(role) if role else None
+
+    def for_host(self, host: str) -> TcpSettings:
+        """The TCP settings of a host (or of a role: ``client``, ``servers``)."""
+        return self.settings(self.profile_of(host))
+
+    def all_settings(self) -> list[tuple[str, TcpSettings]]:
+        """Every profile a run may apply, labelled as in the scenario: [tcp] first."""
+        return [("tcp", self.settings())] + [(f"tcp.profiles.{n}", self.settings(n)) for n in self.profiles]
 
 
 class Workload(_Model):
@@ -423,14 +491,20 @@ class ScenarioError(ValueError):
 
 def resolve_field(name: str) -> str:
     path = ALIASES.get(name.replace("-", "_"), name)
+    parts = path.split(".")
     node: Any = Scenario
-    for part in path.split("."):
+    i = 0
+    while i < len(parts):
         fields = getattr(node, "model_fields", None)
-        if fields is None or part not in fields:
+        if fields is None or parts[i] not in fields:
             known = ", ".join(sorted(ALIASES))
             raise ScenarioError(f"{name}: no such scenario field (short names: {known})")
-        ann = fields[part].annotation
+        ann = fields[parts[i]].annotation
+        if getattr(ann, "__origin__", None) is dict and i + 1 < len(parts):
+            i += 1          # a table by key (tcp.profiles.NAME, tcp.hosts.ROLE): any key
+            ann = ann.__args__[1]
         node = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+        i += 1
     return path
 
 
@@ -512,7 +586,7 @@ def to_toml(scenario: Scenario) -> str:
     """The resolved scenario as TOML, in canonical units (bytes, bit/s, µs)."""
     def emit(prefix: str, d: dict, out: list[str]):
         scalars = {k: v for k, v in d.items() if not isinstance(v, dict)}
-        tables = {k: v for k, v in d.items() if isinstance(v, dict) and k != "dscp_map"}
+        tables = {k: v for k, v in d.items() if isinstance(v, dict) and v and k != "dscp_map"}
         if prefix:
             out.append(f"\n[{prefix}]")
         for k, v in scalars.items():

@@ -127,3 +127,46 @@ def test_virtual_time_needs_a_uml_kernel_and_an_explicit_rate():
     with pytest.raises(ScenarioError, match="clock"):
         build({}, {"clock": "simulated"})
     assert build({}, {"telemetry.interval": "50us"}).telemetry.interval == 50
+
+
+PROFILES = {"tcp": {"rto_min": "200us",
+                    "profiles": {"stock_client": {"rto_min": "200ms", "delayed_ack": True},
+                                 "quick": {"delayed_ack": False, "cc": "cubic"}},
+                    "hosts": {"client": "stock_client", "servers": "quick", "server2": "stock_client"}}}
+
+
+def test_tcp_profiles_lay_their_fields_over_tcp_by_role_then_host():
+    t = build(PROFILES).tcp
+    assert t.for_host("client").rto_min == 200_000 and t.for_host("client").delayed_ack
+    s1 = t.for_host("server1")
+    assert (s1.rto_min, s1.delayed_ack, s1.cc) == (200, False, "cubic")      # the servers' role
+    assert t.profile_of("server2") == "stock_client"                         # its own entry wins
+    assert t.for_host("server2").cc == "reno"
+    assert t.for_host("servers") == s1
+    plain = build().tcp
+    assert plain.profile_of("client") is None and plain.for_host("server7") == plain.settings()
+
+
+@pytest.mark.parametrize("tcp, message", [
+    ({"hosts": {"client": "nope"}}, "hosts.client: no profile 'nope'"),
+    ({"profiles": {"a": {}}, "hosts": {"switch1": "a"}}, "neither a role"),
+    ({"profiles": {"a": {"rto_min": "1ns"}}}, "tcp.profiles.a.rto_min"),
+    ({"profiles": {"a": {"dupack_threshold": 0}}}, "tcp.profiles.a.dupack_threshold"),
+    ({"profiles": {"a": {"colour": 1}}}, "tcp.profiles.a.colour"),
+    ({"profiles": {"a b": {}}}, "not a profile name"),
+])
+def test_bad_tcp_profiles_name_the_field(tcp, message):
+    with pytest.raises(ScenarioError, match=message.replace(".", r"\.")):
+        build({"tcp": tcp})
+
+
+def test_tcp_profiles_survive_toml_and_are_set_like_any_field():
+    import tomllib
+    s = build(PROFILES)
+    assert build(tomllib.loads(scn.to_toml(s))) == s
+    t = build({}, {"tcp.profiles.c.delack_us": "200", "tcp.profiles.c.delayed_ack": "off",
+                   "tcp.hosts.client": "c"}).tcp
+    assert t.for_host("client").delack_us == 200 and not t.for_host("client").delayed_ack
+    assert t.for_host("server1").delayed_ack
+    with pytest.raises(ScenarioError, match="tcp.profiles.c.nope: no such scenario field"):
+        build({}, {"tcp.profiles.c.nope": "1"})
