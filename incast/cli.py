@@ -67,6 +67,8 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     for flag, field, help_ in RUN_FLAGS:
         p.add_argument(flag, dest=f"f_{field}", metavar="V", help=help_)
     p.add_argument("--telemetry", action="store_true", help="record per-packet queue telemetry")
+    p.add_argument("--capture", action="store_true",
+                   help="capture packet headers at every server's NIC (what incast explain reads)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="set any scenario field, e.g. switch.qos.weights=[2,1]")
 
@@ -80,6 +82,8 @@ def scenario_from_args(args) -> tuple[dict, dict]:
             overrides[field] = value
     if args.telemetry:
         overrides["telemetry"] = "true"
+    if args.capture:
+        overrides["capture"] = "true"
     for item in args.set:
         if "=" not in item:
             raise scn.ScenarioError(f"--set {item!r}: expected FIELD=VALUE")
@@ -184,6 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="image file (default RUN_DIR/queue.png)")
     p.set_defaults(func=lambda a: __import__("incast.plots", fromlist=["cmd_telemetry"]).cmd_telemetry(a))
 
+    p = sub.add_parser("explain", help="classify every timeout of a run made with --capture (FAST'08 Table 3)")
+    p.add_argument("run_dir")
+    p.add_argument("--out", help="image file (default RUN_DIR/explain.png)")
+    p.add_argument("--json", action="store_true", help="print the breakdown as JSON")
+    p.set_defaults(func=cmd_explain)
+
     p = sub.add_parser("probe", help="show what this machine's kernel can do")
     p.set_defaults(func=cmd_probe)
 
@@ -228,6 +238,14 @@ def cmd_calibrate(args) -> int:
         for line in calibrate.describe(c):
             print(line)
     return 0
+
+
+def cmd_explain(args) -> int:
+    from . import explain
+    try:
+        return explain.cmd_explain(args)
+    except explain.ExplainError as e:
+        raise UsageError(str(e)) from None
 
 
 def main(argv=None) -> int:

@@ -28,6 +28,7 @@ import pandas as pd
 from . import dataplane as dataplanes
 from . import fidelity, hostconfig, netdev, resources, topology
 from . import workload as workloads
+from .capture import ServerCapture
 from .probe import Features, probe, require
 from .results import ResultsDir, measured_seconds, one_line, summarize
 from .scenario import Scenario, to_toml
@@ -303,6 +304,7 @@ class _Measured:
     telemetry: pd.DataFrame | None
     telemetry_lost: int | None
     telemetry_notes: list[str]      # what the recorder could not record, and how it sampled
+    capture: dict | None = None     # capture.json: packets per server, kernel drops, clock
 
 
 def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
@@ -350,6 +352,10 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> 
     if scenario.telemetry.enabled:
         tracer = dp.telemetry(results.path, {h.IP(): h.name for h in lab.net.hosts}, world_inode)
         tracer.start()
+    capture = None
+    if scenario.telemetry.capture:
+        capture = ServerCapture(results.path, hostconfig.host_popen)
+        capture.start(lab.servers)
     links = watched_links(lab.net, dp, scenario, world_inode)
     monitor = None
     if fidelity.monitor_binary() is not None and not features.virtual_time:   # BPF: not on ARCH=um
@@ -361,6 +367,7 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> 
     pause = _stop_pause_agents(agents, dp) if agents else None
     health, health_warnings = dp.health(sum(int(q["sent_packets"].sum()) for q in reps.queue_frames))
     monitored = monitor.stop() if monitor else {}
+    captured = capture.stop(reps.t0_ns) if capture else None
     telemetry_table, lost, notes = None, None, []
     if tracer:
         tres = tracer.stop(reps.t0_ns)
@@ -370,7 +377,7 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> 
     return _Measured(pd.DataFrame(reps.block_rows), pd.DataFrame(reps.flow_rows),
                      pd.DataFrame(reps.counter_rows), pd.concat(reps.queue_frames, ignore_index=True),
                      reps.backlog_drops, fidelity.cpu_use(reps.cpu_before, reps.cpu_after), pause,
-                     health, health_warnings, links, monitored, telemetry_table, lost, notes)
+                     health, health_warnings, links, monitored, telemetry_table, lost, notes, captured)
 
 
 class _Repetitions:
@@ -457,6 +464,12 @@ def _summary(scenario, dp, lab: _Lab, m: _Measured, tcp, auto_rate, results, cal
                     "build_s": round(lab.build_s, 3), "repetitions": scenario.workload.repetitions,
                     "backlog_drops": m.backlog_drops, "link_rate_auto": auto_rate,
                     "run_dir": str(results.final)})
+    if m.capture is not None:
+        dropped = [h["dropped_by_kernel"] for h in m.capture["hosts"].values()]
+        summary["capture_dropped"] = None if None in dropped else sum(dropped)
+        if summary["capture_dropped"]:
+            log(f"warning: the capture lost {summary['capture_dropped']} packets (tcpdump's kernel drops): "
+                "incast explain will say so")
     if scenario.tcp.hosts:      # cc and rto_min above are the servers' role's
         summary["tcp_hosts"] = dict(scenario.tcp.hosts)
     if m.telemetry_notes:

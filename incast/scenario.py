@@ -362,6 +362,7 @@ class Telemetry(_Model):
     perf_buffer_pages: int = Field(4096, ge=8, le=65536, description="per-CPU perf ring for bpftrace")
     interval: Annotated[int, BeforeValidator(parse_time_us), Field(ge=1, le=1_000_000)] = Field(
         10, description="us between samples where queues are sampled (linux data plane in virtual time)")
+    capture: bool = Field(False, description="tcpdump at every server's NIC, headers only (incast explain)")
 
     def sample_mode(self) -> tuple[int, int]:
         """(mode, parameter) as p4src/incast.p4 reads them: 1 all, 2 one in N,
@@ -467,6 +468,7 @@ ALIASES = {
     "dupack_threshold": "tcp.dupack_threshold",
     "initcwnd": "tcp.initcwnd",
     "telemetry": "telemetry.enabled",
+    "capture": "telemetry.capture",
     "telemetry_sample": "telemetry.sample",
     "switch": "dataplane",
     "hrtimer_rto": "tcp.hrtimer_rto",
