@@ -165,8 +165,9 @@ def _queue_delta(before: pd.DataFrame, after: pd.DataFrame, rep: int) -> pd.Data
     delta = after.copy()
     b = before.set_index(key)
     a = after.set_index(key)
-    for col in ("sent_packets", "sent_bytes", "drops", "overlimits"):
-        delta[col] = (a[col] - b[col]).values
+    for col in ("sent_packets", "sent_bytes", "drops", "marks", "overlimits"):
+        if col in a:
+            delta[col] = (a[col] - b[col]).values
     delta.insert(0, "rep", rep)
     return delta
 

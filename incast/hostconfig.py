@@ -70,6 +70,8 @@ def _sysctls(tcp, rto_min_us: int, features) -> dict[str, str]:
         # The testbed speaks IPv4: no IPv6 neighbour/MLD chatter in the switch queues.
         "net.ipv6.conf.all.disable_ipv6": "1",
         "net.ipv6.conf.default.disable_ipv6": "1",
+        # 2 (the kernel's default) answers ECN but never asks; dctcp asks whatever this says.
+        "net.ipv4.tcp_ecn": "1" if tcp.ecn else "2",
     }
     if features.rto_min_us_sysctl:
         s["net.ipv4.tcp_rto_min_us"] = str(rto_min_us)

@@ -151,7 +151,9 @@ def _probe_netns() -> tuple[dict[str, bool], bool, bool, bool]:
         for qd, args in (("htb", ["htb"]), ("bfifo", ["bfifo", "limit", "10000"]),
                          ("pfifo", ["pfifo", "limit", "10"]), ("netem", ["netem", "delay", "1ms"]),
                          ("tbf", ["tbf", "rate", "1mbit", "burst", "10k", "latency", "1ms"]),
-                         ("plug", ["plug", "limit", "10000"])):
+                         ("plug", ["plug", "limit", "10000"]),
+                         ("red", ["red", "limit", "60000", "min", "15000", "max", "15001", "avpkt", "1514",
+                                  "burst", "10", "probability", "1.0", "ecn"])):
             nsrun("tc", "qdisc", "del", "dev", "probe0", "root")
             r = nsrun("tc", "qdisc", "add", "dev", "probe0", "root", "handle", "1:", *args)
             qdiscs[qd] = r.returncode == 0

@@ -210,6 +210,7 @@ def summarize(blocks: pd.DataFrame, counters: pd.DataFrame, queues: pd.DataFrame
         "retransmits": int(counters["RetransSegs"].sum()) if len(counters) else 0,
         "drops": int(queues["drops"].sum()) if len(queues) else 0,
         "bottleneck_drops": int(queues.loc[queues["port"] == bottleneck_port, "drops"].sum()) if len(queues) else 0,
+        "ecn_marks": int(queues["marks"].sum()) if "marks" in queues else None,
         "max_queue_bytes": None,
         "telemetry_records": None,
         "telemetry_lost": telemetry_lost,

@@ -185,6 +185,9 @@ class Switch(_Model):
     buffer_packets: int | None = Field(None, ge=1, le=100_000)
     qos: QoS = QoS()
     pause: Pause = Pause()
+    # DCTCP's K: a packet that finds more than this in its class queue is marked CE
+    # instead of queued unmarked (ECN-capable traffic; the rest is dropped there).
+    ecn: Size | None = Field(None, description="marking threshold in bytes per class queue; off when unset")
 
     def pause_thresholds(self, mtu: int, senders: int) -> tuple[int, int]:
         """(xoff, xon) in bytes of the port's queues, for this many paused senders."""
@@ -213,6 +216,13 @@ class Switch(_Model):
             raise ValueError(f"switch.pause.xoff must be below the buffer ({self.buffer} B)")
         if self.pause.xon is not None and self.pause.xoff is not None and self.pause.xon > self.pause.xoff:
             raise ValueError("switch.pause.xon must not be above switch.pause.xoff")
+        if self.ecn is not None:
+            if self.buffer is None:
+                raise ValueError("switch.ecn needs switch.buffer in bytes (the threshold is bytes)")
+            smallest = min(int(self.buffer * s) for s in self.qos.shares())
+            if not 0 < self.ecn < smallest:
+                raise ValueError(f"switch.ecn must be below every class queue's share of the buffer "
+                                 f"({smallest} B)")
         return self
 
     def class_limits(self, mtu: int) -> list[int]:
@@ -247,6 +257,7 @@ class TcpSettings(_Model):
     hrtimer_rto: bool | None = Field(None, description="net.ipv4.tcp_rto_hrtimer; default: on where the kernel has it")
     rto_random_pct: int = Field(0, ge=0, le=100, description="net.ipv4.tcp_rto_random_pct (50: the paper's)")
     delack_us: int = Field(0, ge=0, le=1_000_000, description="net.ipv4.tcp_delack_us; 0 = the kernel's delayed ACK")
+    ecn: bool = Field(False, description="net.ipv4.tcp_ecn = 1: ask for ECN (dctcp asks anyway)")
 
 
 def _optional(f):
@@ -408,6 +419,9 @@ class Scenario(_Model):
         if self.switch.pause.enabled and not plane.pause:
             raise ValueError(f"switch.pause: the {self.dataplane} data plane sends no PAUSE frames "
                              f"(use dataplane {' or '.join(n for n in can if REGISTRY[n].pause)})")
+        if self.switch.ecn is not None and not plane.ecn:
+            raise ValueError(f"switch.ecn: the {self.dataplane} data plane does not mark ECN "
+                             f"(use dataplane {' or '.join(n for n in can if REGISTRY[n].ecn)})")
         if self.switch.buffer_packets is not None and not plane.packet_buffers:
             raise ValueError(f"switch.buffer_packets: the {self.dataplane} data plane limits its queues "
                              "in bytes; give switch.buffer")
@@ -477,6 +491,8 @@ ALIASES = {
     "pause": "switch.pause.enabled",
     "xoff": "switch.pause.xoff",
     "xon": "switch.pause.xon",
+    "ecn_threshold": "switch.ecn",
+    "ecn": "tcp.ecn",
 }
 
 

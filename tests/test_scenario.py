@@ -170,3 +170,25 @@ def test_tcp_profiles_survive_toml_and_are_set_like_any_field():
     assert t.for_host("server1").delayed_ack
     with pytest.raises(ScenarioError, match="tcp.profiles.c.nope: no such scenario field"):
         build({}, {"tcp.profiles.c.nope": "1"})
+
+
+def test_ecn_marking_threshold_is_checked_against_each_class_queue():
+    s = build({}, {"buffer": "128KiB", "ecn_threshold": "32KiB", "cc": "dctcp"})
+    assert s.switch.ecn == 32 * 1024 and s.tcp.cc == "dctcp"
+    with pytest.raises(ScenarioError, match="below every class queue's share"):
+        build({}, {"buffer": "64KiB", "qos_queues": "2", "ecn_threshold": "40KiB"})
+    with pytest.raises(ScenarioError, match="needs switch.buffer in bytes"):
+        build({}, {"buffer_packets": "40", "ecn_threshold": "10KiB"})
+    with pytest.raises(ScenarioError, match="bmv2 data plane does not mark ECN"):
+        build({}, {"switch": "bmv2", "ecn_threshold": "10KiB"})
+
+
+def test_ecn_marking_queue_on_the_linux_plane():
+    from incast.dataplane.linux import port_tc_commands
+    s = build({}, {"buffer": "128KiB", "ecn_threshold": "30000", "qos_queues": "2"})
+    leaves = [ln for ln in port_tc_commands("p1", s) if "handle 1" in ln and "parent 1:1" in ln]
+    assert len(leaves) == 2
+    for ln in leaves:
+        assert " red limit 65536 min 30000 max 30001 " in ln and ln.endswith("probability 1.0 ecn")
+    plain = port_tc_commands("p1", build({}, {"buffer": "128KiB"}))
+    assert not any(" red " in ln for ln in plain)

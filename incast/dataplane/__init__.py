@@ -26,12 +26,14 @@ class Entry:
     calibrated: bool = False        # incast calibrate measures it (link.rate auto)
     host_tx_checksum: bool = False  # hosts must complete checksums (a software switch forwards frames as they are)
     telemetry_sampling: bool = False  # telemetry.sample other than "all" (records chosen in the switch)
+    ecn: bool = False               # marks CE above switch.ecn (where the kernel/program can)
 
 
 # The one place a data plane is registered: the factory, the scenario's allowed values
 # and the CLI help all read it.
 REGISTRY: dict[str, Entry] = {
-    "linux": Entry("incast.dataplane.linux", "LinuxDataPlane", "kernel bridge + tc", calibrated=True),
+    "linux": Entry("incast.dataplane.linux", "LinuxDataPlane", "kernel bridge + tc", calibrated=True,
+                   ecn=True),
     "bmv2": Entry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True,
                   packet_buffers=False, host_tx_checksum=True, telemetry_sampling=True),
 }

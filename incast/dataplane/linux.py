@@ -64,6 +64,7 @@ def port_tc_commands(dev: str, scenario) -> list[str]:
     burst = htb_burst(mtu)
     limits = scenario.switch.class_limits(mtu)
     leaf_kind = "bfifo" if scenario.switch.buffer is not None else "pfifo"
+    ecn = scenario.switch.ecn
     leaf_rate = max(8000, int(rate * LEAF_RATE_SHARE))
     lines = [
         f"qdisc replace dev {dev} root handle 1: htb default 10",
@@ -74,13 +75,27 @@ def port_tc_commands(dev: str, scenario) -> list[str]:
         minor = 0x10 + c
         lines.append(f"class replace dev {dev} parent 1:1 classid 1:{minor:x} htb rate {leaf_rate}bit "
                      f"ceil {rate}bit burst {burst} cburst {burst} overhead {WIRE_OVERHEAD} prio {c} quantum {frame}")
-        lines.append(f"qdisc replace dev {dev} parent 1:{minor:x} handle {minor:x}: {leaf_kind} limit {limit}")
+        lines.append(f"qdisc replace dev {dev} parent 1:{minor:x} handle {minor:x}: "
+                     + (red_marking(limit, ecn, frame) if ecn else f"{leaf_kind} limit {limit}"))
     if qos.queues > 1:
         for dscp, c in enumerate(qos.dscp_table()):
             if c:
                 lines.append(f"filter add dev {dev} parent 1: protocol ip prio 1 u32 "
                              f"match ip dsfield {dscp << 2:#04x} 0xfc flowid 1:{0x10 + c:x}")
     return lines
+
+
+def red_marking(limit: int, threshold: int, frame: int) -> str:
+    """A class queue that marks CE above `threshold` bytes and tail-drops at `limit`.
+
+    RED with min = threshold, max one byte above and probability 1 marks every ECN-capable
+    packet that finds the average above the threshold (non-ECN packets are dropped there);
+    a burst of threshold/frame + 1 packets gives the smallest EWMA weight tc allows from
+    the threshold, so the average follows the queue within a few packets, as DCTCP wants
+    an instantaneous queue."""
+    burst = threshold // frame + 1
+    return (f"red limit {limit} min {threshold} max {threshold + 1} avpkt {frame} burst {burst} "
+            f"probability 1.0 ecn")
 
 
 class LinuxDataPlane(DataPlane):
@@ -93,6 +108,10 @@ class LinuxDataPlane(DataPlane):
             if not features.qdiscs.get(qd):
                 raise MissingFeature(f"the kernel lacks the {qd} qdisc (CONFIG_NET_SCH_{qd.upper()}), "
                                      "needed for switch queues")
+        if scenario.switch.ecn is not None and not features.qdiscs.get("red"):
+            raise MissingFeature("switch.ecn on the linux data plane marks with the red qdisc, which this "
+                                 "kernel lacks (CONFIG_NET_SCH_RED); the UML kernels have it: "
+                                 "--clock virtual --kernel stock|hrtimer")
         if scenario.switch.qos.queues > 1 and not features.u32:
             raise MissingFeature("QoS partitioning needs the tc u32 classifier (CONFIG_NET_CLS_U32)")
         if scenario.telemetry.enabled and not features.virtual_time:
@@ -125,12 +144,12 @@ class LinuxDataPlane(DataPlane):
         for p in self.ports:
             for q in netdev.qdiscs(p.name, stats=True):
                 handle = int(q["handle"].rstrip(":"), 16)
-                if q["kind"] not in ("bfifo", "pfifo") or not 0x10 <= handle < 0x18:
+                if q["kind"] not in ("bfifo", "pfifo", "red") or not 0x10 <= handle < 0x18:
                     continue
                 c = handle - 0x10
                 rows.append({"switch": p.switch, "port": p.name, "peer": p.peer, "queue": c,
                              "sent_packets": q["packets"], "sent_bytes": q["bytes"],
-                             "drops": q["drops"], "overlimits": q["overlimits"],
+                             "drops": q["drops"], "marks": q.get("marked", 0), "overlimits": q["overlimits"],
                              "backlog_bytes": q["backlog"], "backlog_packets": q["qlen"],
                              "limit": limits[c], "limit_unit": unit})
         return pd.DataFrame(rows)
