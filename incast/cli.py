@@ -188,6 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="image file (default RUN_DIR/queue.png)")
     p.set_defaults(func=lambda a: __import__("incast.plots", fromlist=["cmd_telemetry"]).cmd_telemetry(a))
 
+    p = sub.add_parser("figure", help="list the papers' figures, or run one and compare it with the paper")
+    p.add_argument("name", nargs="?", default="list", help="a figure (incast figure list), or list")
+    p.add_argument("--quick", action="store_true", help="a small grid and few blocks (minutes)")
+    p.add_argument("--out", help="directory to create (default results/figure-NAME-<time>)")
+    p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    p.set_defaults(func=cmd_figure)
+
     p = sub.add_parser("explain", help="classify every timeout of a run made with --capture (FAST'08 Table 3)")
     p.add_argument("run_dir")
     p.add_argument("--out", help="image file (default RUN_DIR/explain.png)")
@@ -238,6 +245,14 @@ def cmd_calibrate(args) -> int:
         for line in calibrate.describe(c):
             print(line)
     return 0
+
+
+def cmd_figure(args) -> int:
+    from . import figures
+    try:
+        return figures.cmd_figure(args)
+    except figures.FigureError as e:
+        raise UsageError(str(e)) from None
 
 
 def cmd_explain(args) -> int:

@@ -1,0 +1,291 @@
+"""The papers' figures: one small file each in figures/, and `incast figure` to run one.
+
+A figure file names the paper, the figure and its caption, the sweep that reproduces it
+(a scenario file from scenarios/ with the figure's own settings and grid), the numbers
+the paper's text gives, each with the sentence it comes from, and the paper's claims as
+checks on our sweep table. ``incast figure NAME`` runs the sweep, then writes
+
+- ``figure.png``: our curves with the paper's numbers overlaid;
+- ``comparison.csv``: paper, ours, ratio for every number the paper gives;
+- ``verdicts.json``: per claim, holds / does not hold / not testable here, and why;
+
+and prints the table and the verdicts. ``--quick`` runs the figure's small grid and
+fewer blocks (minutes instead of an hour): enough to see the shape and to test that the
+figure runs, not to judge the claims at the paper's scale.
+
+A claim is one comparison on the mean over repetitions of one grid point (or of every
+point from ``from`` on): ``below``/``above`` a fraction of the payload limit (1448/1538
+of the link), or ``below_series`` another curve by at least ``margin_mbps``.
+"""
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
+PAYLOAD_SHARE = 1448 / 1538
+
+
+class FigureError(ValueError):
+    pass
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PaperNumber(_Model):
+    series: str
+    x: float
+    value: float
+    metric: str = "goodput_mbps"
+    source: str = Field(description="the sentence of the paper the number comes from")
+
+
+class Claim(_Model):
+    text: str
+    series: str
+    at: float | None = None
+    from_: float | None = Field(None, alias="from")
+    metric: str = "goodput_mbps"
+    below: float | None = Field(None, description="fraction of the payload limit")
+    above: float | None = Field(None, description="fraction of the payload limit")
+    below_series: str | None = None
+    margin_mbps: float = 0.0
+
+    @model_validator(mode="after")
+    def _one_check(self):
+        if sum(v is not None for v in (self.below, self.above, self.below_series)) != 1:
+            raise ValueError(f"claim {self.text!r}: give exactly one of below, above, below_series")
+        if (self.at is None) == (self.from_ is None):
+            raise ValueError(f"claim {self.text!r}: give exactly one of at, from")
+        return self
+
+
+class Figure(_Model):
+    name: str = ""
+    paper: str
+    figure: str
+    caption: str
+    sweep: str = Field(description="scenario (sweep) file, relative to the repository")
+    x: str = "senders"
+    series: str
+    needs: list[str] = Field(default_factory=list, description="what must exist: virtual-time, bmv2")
+    settings: dict[str, Any] = Field(default_factory=dict, description="fields as for --set")
+    grid: dict[str, list] = Field(default_factory=dict, description="replaces the sweep file's grid")
+    repeat: int = 1
+    quick: dict[str, Any] = Field(default_factory=dict, description="grid, repeat and settings for --quick")
+    paper_numbers: list[PaperNumber] = Field(default_factory=list)
+    claims: list[Claim] = Field(default_factory=list)
+
+
+def known() -> list[str]:
+    return sorted(p.stem for p in FIGURES_DIR.glob("*.toml"))
+
+
+def load(name: str) -> Figure:
+    path = FIGURES_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise FigureError(f"no figure {name!r} (incast figure list: {', '.join(known())})")
+    try:
+        return Figure.model_validate({**tomllib.loads(path.read_text()), "name": name})
+    except (ValidationError, tomllib.TOMLDecodeError) as e:
+        raise FigureError(f"figures/{name}.toml: {e}") from None
+
+
+def missing(fig: Figure) -> list[str]:
+    """What this machine lacks for the figure, as reasons (empty: it can run here)."""
+    from .vm import guest
+    why = []
+    if "virtual-time" in fig.needs:
+        kernel = str(fig.settings.get("kernel", "stock"))
+        if guest.kernel_dir(f"uml-{kernel}") is None:
+            why.append(f"the uml-{kernel} kernel is not built (kernels/build.sh --uml)")
+    if "bmv2" in fig.needs:
+        import shutil
+        if shutil.which("simple_switch") is None:
+            why.append("bmv2 is not installed (simple_switch)")
+    return why
+
+
+def plan(fig: Figure, quick: bool) -> tuple[dict, dict, dict, int]:
+    """(scenario data, overrides, grid, repeat) of the figure's sweep."""
+    from .scenario import load_file
+    path = FIGURES_DIR.parent / fig.sweep
+    data = load_file(path)
+    grid = dict(tomllib.loads(path.read_text()).get("sweep", {}))
+    grid.update(fig.grid)
+    overrides = {k: _cli(v) for k, v in fig.settings.items()}
+    repeat = fig.repeat
+    if quick:
+        grid.update(fig.quick.get("grid", {}))
+        overrides.update({k: _cli(v) for k, v in fig.quick.get("settings", {}).items()})
+        repeat = fig.quick.get("repeat", 1)
+    return data, overrides, {k: [str(v) for v in vals] for k, vals in grid.items()}, repeat
+
+
+def _cli(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _col(field: str) -> str:
+    """The sweep table's column for a grid field (its last part)."""
+    return field.split(".")[-1]
+
+
+def point_means(fig: Figure, table: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """metric's mean over repetitions, one row per x, one column per series."""
+    t = table.dropna(subset=[metric]) if metric in table else table.iloc[0:0]
+    if not len(t):
+        return pd.DataFrame()
+    return t.groupby([_col(fig.series), _col(fig.x)])[metric].mean().unstack(0)
+
+
+def judge(fig: Figure, table: pd.DataFrame) -> list[dict]:
+    """A verdict for each claim: holds, does not hold, or not testable (and why)."""
+    out = []
+    for c in fig.claims:
+        means = point_means(fig, table, c.metric)
+        verdict, detail = "not testable", ""
+        if c.series not in means.columns:
+            detail = f"no {fig.series} = {c.series} in the sweep"
+        elif c.below_series is not None and c.below_series not in means.columns:
+            detail = f"no {fig.series} = {c.below_series} in the sweep"
+        else:
+            xs = [x for x in means.index if (x == c.at if c.at is not None else x >= c.from_)]
+            xs = [x for x in xs if pd.notna(means.at[x, c.series])]
+            if not xs:
+                detail = f"no {fig.x} {'= ' + str(c.at) if c.at is not None else '>= ' + str(c.from_)} in the sweep"
+            else:
+                ok, parts = True, []
+                for x in xs:
+                    v = means.at[x, c.series]
+                    limit = _limit(table) * PAYLOAD_SHARE
+                    if c.below is not None:
+                        good = v < c.below * limit
+                        parts.append(f"{x:g}: {v:.1f} vs < {c.below * limit:.1f}")
+                    elif c.above is not None:
+                        good = v > c.above * limit
+                        parts.append(f"{x:g}: {v:.1f} vs > {c.above * limit:.1f}")
+                    else:
+                        other = means.at[x, c.below_series]
+                        good = pd.notna(other) and v <= other - c.margin_mbps
+                        parts.append(f"{x:g}: {v:.1f} vs {c.below_series} {other:.1f}")
+                    ok = ok and bool(good)
+                verdict, detail = ("holds" if ok else "does not hold"), "; ".join(parts)
+        out.append({"claim": c.text, "verdict": verdict, "detail": detail})
+    return out
+
+
+def _limit(table: pd.DataFrame) -> float:
+    return float(table["link_mbps"].dropna().iloc[0]) if "link_mbps" in table and table["link_mbps"].notna().any() else 1000.0
+
+
+def comparison(fig: Figure, table: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for n in fig.paper_numbers:
+        means = point_means(fig, table, n.metric)
+        ours = means.at[n.x, n.series] if n.series in means.columns and n.x in means.index else None
+        rows.append({"series": n.series, fig.x: n.x, "metric": n.metric, "paper": n.value,
+                     "ours": None if ours is None or pd.isna(ours) else round(float(ours), 1),
+                     "ratio": None if ours is None or pd.isna(ours) else round(float(ours) / n.value, 2),
+                     "source": n.source})
+    return pd.DataFrame(rows, columns=["series", fig.x, "metric", "paper", "ours", "ratio", "source"])
+
+
+def plot(fig: Figure, table: pd.DataFrame, out: Path, quick: bool) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    f, ax = plt.subplots(figsize=(8, 4.8))
+    means = point_means(fig, table, "goodput_mbps")
+    colors = {}
+    for series in means.columns:
+        points = means[series].dropna()      # a failed run leaves a gap, not a break
+        line, = ax.plot(points.index, points.values, marker="o", label=f"ours: {_col(fig.series)} {series}")
+        colors[series] = line.get_color()
+    for n in fig.paper_numbers:
+        if n.metric == "goodput_mbps":
+            ax.plot([n.x], [n.value], marker="*", markersize=14, linestyle="none",
+                    color=colors.get(n.series, "black"), markeredgecolor="black")
+    if fig.paper_numbers:
+        ax.plot([], [], marker="*", markersize=12, linestyle="none", color="white", markeredgecolor="black",
+                label="the paper's text")
+    limit = _limit(table) * PAYLOAD_SHARE
+    ax.axhline(limit, color="gray", linestyle=":", linewidth=1, label="payload limit")
+    ax.set_xlabel(fig.x)
+    ax.set_ylabel("goodput (Mbit/s)")
+    ax.set_ylim(0, limit * 1.08)
+    ax.set_title(f"{fig.paper}, {fig.figure}{' (quick)' if quick else ''}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+    f.tight_layout()
+    f.savefig(out, dpi=110)
+    plt.close(f)
+    return out
+
+
+def report(fig: Figure, sweep_dir: Path, quick: bool) -> dict:
+    """figure.png, comparison.csv and verdicts.json beside the sweep's table."""
+    table = pd.read_parquet(sweep_dir / "sweep.parquet")
+    comp = comparison(fig, table)
+    comp.to_csv(sweep_dir / "comparison.csv", index=False)
+    verdicts = judge(fig, table)
+    unfaithful = int((~table["fidelity_ok"].fillna(False).astype(bool)).sum()) if "fidelity_ok" in table else None
+    result = {"figure": fig.name, "paper": fig.paper, "quick": quick, "verdicts": verdicts,
+              "runs": int(len(table)), "runs_not_faithful": unfaithful,
+              "link_mbps": _limit(table)}
+    (sweep_dir / "verdicts.json").write_text(json.dumps(result, indent=1) + "\n")
+    plot(fig, table, sweep_dir / "figure.png", quick)
+    return result
+
+
+def cmd_figure(args) -> int:
+    if args.name == "list" or args.name is None:
+        for name in known():
+            fig = load(name)
+            why = missing(fig)
+            state = "runs here" if not why else "needs: " + "; ".join(why)
+            print(f"{name:22} {fig.paper}, {fig.figure} ({state})")
+        return 0
+    fig = load(args.name)
+    why = missing(fig)
+    if why:
+        from .probe import MissingFeature
+        raise MissingFeature(f"figure {fig.name}: " + "; ".join(why))
+    import sys
+    import time
+
+    from tqdm import tqdm
+
+    from . import sweep
+    data, overrides, grid, repeat = plan(fig, args.quick)
+    points = sweep.expand(data, overrides, sweep.parse_grid([], grid))
+    out = Path(args.out) if args.out else Path("results") / f"figure-{fig.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    print(f"{fig.paper}, {fig.figure}: {fig.caption}", file=sys.stderr)
+    result = sweep.run_sweep(points, grid, repeat, out, unique=not args.out,
+                             meta={"figure": fig.name, "quick": args.quick, "base": data, "overrides": overrides},
+                             progress=lambda runs: tqdm(runs, unit="run", file=sys.stderr,
+                                                        disable=not sys.stderr.isatty()))
+    r = report(fig, result.final, args.quick)
+    comp = pd.read_csv(result.final / "comparison.csv")
+    if args.json:
+        print(json.dumps(r))
+        return 0
+    if len(comp):
+        print(comp.drop(columns=["source"]).to_string(index=False))
+    for v in r["verdicts"]:
+        print(f"[{v['verdict']}] {v['claim']}\n    {v['detail']}")
+    if r["runs_not_faithful"]:
+        print(f"note: {r['runs_not_faithful']} of {r['runs']} runs were not faithful (see sweep.parquet)")
+    if args.quick:
+        print("(quick: a small grid and few blocks; run without --quick to judge the claims)")
+    print(f"-> {result.final}/figure.png, comparison.csv, verdicts.json")
+    return 0
