@@ -28,6 +28,7 @@ import pandas as pd
 from . import dataplane as dataplanes
 from . import fidelity, hostconfig, netdev, resources, topology
 from . import workload as workloads
+from .background import BackgroundTraffic
 from .capture import ServerCapture
 from .probe import Features, probe, require
 from .results import ResultsDir, measured_seconds, one_line, summarize
@@ -178,7 +179,9 @@ def watched_links(net, dp, scenario, world_inode: int) -> list[fidelity.WatchedL
     from .netdev import WIRE_OVERHEAD
     from .scenario import ETH_HLEN
     rate, frame = scenario.link.rate, scenario.link.mtu + ETH_HLEN
-    links = [fidelity.WatchedLink(p.name, "switch", world_inode, p.ifindex, rate, WIRE_OVERHEAD, frame)
+    from .dataplane import port_rate
+    links = [fidelity.WatchedLink(p.name, "switch", world_inode, p.ifindex, port_rate(p, scenario),
+                                  WIRE_OVERHEAD, frame)
              for p in dp.paced_ports()]
     for h in net.hosts:
         intf = h.defaultIntf().name
@@ -306,6 +309,7 @@ class _Measured:
     telemetry_lost: int | None
     telemetry_notes: list[str]      # what the recorder could not record, and how it sampled
     capture: dict | None = None     # capture.json: packets per server, kernel drops, clock
+    background: pd.DataFrame | None = None   # one row per background flow and repetition
 
 
 def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
@@ -322,7 +326,7 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
                               " ".join(features.cc_allowed + wanted))
     res.create_world()
     t_build = time.monotonic()
-    topo = topology.load(scenario.topology.kind, scenario.topology.senders)
+    topo = topology.load(scenario.topology.kind, scenario.topology.senders, **scenario.topology.params())
     net = Mininet(topo=topo, switch=dp.switch_class(), controller=None, host=Host, link=Link,
                   build=False, waitConnected=False)
     net.build()
@@ -347,6 +351,10 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> 
     stop everything that measured."""
     wl = workloads.get(scenario.workload.kind)(scenario, hostconfig.host_popen, _Lines)
     wl.start_servers(lab.servers, lab.dscps)
+    background = None
+    if scenario.background:
+        background = BackgroundTraffic(scenario, hostconfig.host_popen, _Lines)
+        background.start(lab.net)
     agents = _start_pause_agents(lab.net.hosts, scenario, features)
     world_inode = resources.netns_inode(res.world)
     tracer = None
@@ -362,9 +370,11 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> 
     if fidelity.monitor_binary() is not None and not features.virtual_time:   # BPF: not on ARCH=um
         monitor = fidelity.LinkMonitor(links, skip_first=fidelity.skip_first(dp.port_burst_frames))
         monitor.start()
-    reps = _Repetitions(scenario, dp, lab, wl, progress)
+    reps = _Repetitions(scenario, dp, lab, wl, progress, background)
     for rep in range(scenario.workload.repetitions):
         reps.run(rep)
+    if background:
+        background.stop()
     pause = _stop_pause_agents(agents, dp) if agents else None
     health, health_warnings = dp.health(sum(int(q["sent_packets"].sum()) for q in reps.queue_frames))
     monitored = monitor.stop() if monitor else {}
@@ -378,14 +388,16 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> 
     return _Measured(pd.DataFrame(reps.block_rows), pd.DataFrame(reps.flow_rows),
                      pd.DataFrame(reps.counter_rows), pd.concat(reps.queue_frames, ignore_index=True),
                      reps.backlog_drops, fidelity.cpu_use(reps.cpu_before, reps.cpu_after), pause,
-                     health, health_warnings, links, monitored, telemetry_table, lost, notes, captured)
+                     health, health_warnings, links, monitored, telemetry_table, lost, notes, captured,
+                     pd.DataFrame(background.rows) if background else None)
 
 
 class _Repetitions:
     """Runs the workload's repetitions, measuring around their measured blocks."""
 
-    def __init__(self, scenario, dp, lab: _Lab, wl, progress):
+    def __init__(self, scenario, dp, lab: _Lab, wl, progress, background=None):
         self.scenario, self.dp, self.lab, self.wl, self.progress = scenario, dp, lab, wl, progress
+        self.background = background
         self.block_rows, self.flow_rows, self.counter_rows, self.queue_frames = [], [], [], []
         self.t0_ns = None
         self.backlog_drops = 0
@@ -402,6 +414,8 @@ class _Repetitions:
             if self.t0_ns is None:
                 self.t0_ns = time.monotonic_ns()
                 self.cpu_before = fidelity.cpu_times()
+            if self.background:
+                self.background.measuring(rep)
 
         def block(b: Block):
             self.block_rows.append({
@@ -414,6 +428,8 @@ class _Repetitions:
 
         def measured():
             self.cpu_after = fidelity.cpu_times()
+            if self.background:
+                self.background.measured(rep)
             after = {h.name: hostconfig.read_counters(h.pid) for h in hosts}
             self.queue_frames.append(_queue_delta(before["queues"], self.dp.queue_counters(), rep))
             self.backlog_drops += softnet_drops() - before["softnet"]
@@ -471,6 +487,9 @@ def _summary(scenario, dp, lab: _Lab, m: _Measured, tcp, auto_rate, results, cal
         if summary["capture_dropped"]:
             log(f"warning: the capture lost {summary['capture_dropped']} packets (tcpdump's kernel drops): "
                 "incast explain will say so")
+    if m.background is not None and len(m.background):
+        summary["background_mbps"] = [round(float(g), 3) for g in
+                                      m.background.groupby("flow")["goodput_mbps"].mean()]
     if scenario.tcp.hosts:      # cc and rto_min above are the servers' role's
         summary["tcp_hosts"] = dict(scenario.tcp.hosts)
     if m.telemetry_notes:
@@ -523,3 +542,5 @@ def _write_tables(results, m: _Measured) -> None:
     results.write_table("flows.parquet", m.flows)
     if m.telemetry is not None:
         results.write_table("telemetry.parquet", m.telemetry)
+    if m.background is not None:
+        results.write_table("background.parquet", m.background)

@@ -67,6 +67,31 @@ class Topology(_Model):
     """Which Mininet topology (a file in topologies/) and how many servers answer."""
     kind: Annotated[str, _registered("topology", _topologies)] = "star"   # topologies/<kind>.py
     senders: int = Field(1, ge=1, le=256, description="servers answering each block")
+    far: int | None = Field(None, ge=0, le=256, description="two_switch: servers on the second switch (default half)")
+    others: int = Field(0, ge=0, le=64, description="extra hosts per switch (near1.., far1..) for background traffic")
+    trunk_rate: Rate | None = Field(
+        None, description="rate of links between switches (default link.rate)")
+
+    @model_validator(mode="after")
+    def _fits_the_kind(self):
+        if self.kind != "two_switch" and (self.far is not None or self.trunk_rate is not None):
+            raise ValueError(f"topology.far and trunk_rate are for kind two_switch, not {self.kind}")
+        if self.far is not None and self.far > self.senders:
+            raise ValueError(f"topology.far ({self.far}) is more than the {self.senders} servers")
+        return self
+
+    def params(self) -> dict:
+        """Keyword arguments of the Topo class beyond senders."""
+        p = {"others": self.others}
+        if self.far is not None:
+            p["far"] = self.far
+        return p
+
+    def hosts(self) -> list[str]:
+        """Every host name the topology will have (without building it)."""
+        names = ["client"] + [f"server{i}" for i in range(1, self.senders + 1)]
+        sides = ("near", "far") if self.kind == "two_switch" else ("near",)
+        return names + [f"{side}{i}" for side in sides for i in range(1, self.others + 1)]
 
 
 def _rate_or_auto(value):
@@ -273,7 +298,7 @@ TcpProfileFields = create_model(
        for name, f in TcpSettings.model_fields.items()})
 
 _PROFILE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
-ROLES = ("client", "servers")
+ROLES = ("client", "servers", "others")
 
 
 class TCP(TcpSettings):
@@ -294,8 +319,9 @@ class TCP(TcpSettings):
                 raise ValueError(f"profiles: {name!r} is not a profile name (letters, digits, _ and -)")
             self.settings(name)     # the merged profile must be valid
         for who, name in self.hosts.items():
-            if who not in ROLES and not re.fullmatch(r"server[1-9][0-9]*", who):
-                raise ValueError(f"hosts: {who!r} is neither a role ({', '.join(ROLES)}) nor a host (serverN)")
+            if who not in ROLES and not re.fullmatch(r"(server|near|far)[1-9][0-9]*", who):
+                raise ValueError(f"hosts: {who!r} is neither a role ({', '.join(ROLES)}) nor a host "
+                                 "(serverN, nearN, farN)")
             if name not in self.profiles:
                 known = ", ".join(self.profiles) or "none defined"
                 raise ValueError(f"hosts.{who}: no profile {name!r} (profiles: {known})")
@@ -316,7 +342,8 @@ class TCP(TcpSettings):
         """The profile name a host runs (None: [tcp] itself)."""
         if host in self.hosts:
             return self.hosts[host]
-        role = "client" if host == "client" else "servers" if host.startswith("server") else None
+        role = ("client" if host == "client" else "servers" if host.startswith("server")
+                else "others" if host.startswith(("near", "far")) else None)
         return self.hosts.get(role) if role else None
 
     def for_host(self, host: str) -> TcpSettings:
@@ -386,6 +413,14 @@ class Telemetry(_Model):
         return (3 if kind == "change" else 4), int(size)
 
 
+class BackgroundFlow(_Model):
+    """A long-lived bulk TCP flow running while the blocks are measured (an innocent
+    bystander of the incast, or competing traffic); measured on its own."""
+    src: str = Field(description="sending host, e.g. far1")
+    dst: str = Field(description="receiving host, e.g. near1 or client")
+    dscp: int = Field(0, ge=0, le=63, description="DSCP of its data (its class under switch.qos)")
+
+
 class Scenario(_Model):
     name: str = Field("incast", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     dataplane: Annotated[str, _registered("data plane", _dataplanes)] = "linux"
@@ -399,6 +434,7 @@ class Scenario(_Model):
     tcp: TCP = TCP()
     workload: Workload = Workload()
     telemetry: Telemetry = Telemetry()
+    background: list[BackgroundFlow] = Field(default_factory=list)
 
 
     @model_validator(mode="after")
@@ -419,6 +455,17 @@ class Scenario(_Model):
         if self.switch.pause.enabled and not plane.pause:
             raise ValueError(f"switch.pause: the {self.dataplane} data plane sends no PAUSE frames "
                              f"(use dataplane {' or '.join(n for n in can if REGISTRY[n].pause)})")
+        hosts = self.topology.hosts()
+        for i, f in enumerate(self.background):
+            for end in (f.src, f.dst):
+                if end not in hosts:
+                    raise ValueError(f"background[{i}]: no host {end!r} in this topology "
+                                     f"(hosts: client, server1.., and with topology.others: near1.., far1..)")
+            if f.src == f.dst:
+                raise ValueError(f"background[{i}]: src and dst are the same host")
+        if self.topology.kind != "star" and not plane.multi_switch:
+            raise ValueError(f"topology {self.topology.kind}: the {self.dataplane} data plane forwards "
+                             "in a single switch only (use dataplane linux)")
         if self.switch.ecn is not None and not plane.ecn:
             raise ValueError(f"switch.ecn: the {self.dataplane} data plane does not mark ECN "
                              f"(use dataplane {' or '.join(n for n in can if REGISTRY[n].ecn)})")

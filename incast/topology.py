@@ -16,12 +16,13 @@ def known() -> list[str]:
     return sorted(p.stem for p in TOPOLOGIES_DIR.glob("*.py") if not p.name.startswith("_"))
 
 
-def load(kind: str, senders: int):
-    """Instantiate topologies/<kind>.py's topology with `senders` servers."""
+def load(kind: str, senders: int, **params):
+    """Instantiate topologies/<kind>.py's topology with `senders` servers (and the
+    topology's own parameters: scenario.Topology.params())."""
     path = TOPOLOGIES_DIR / f"{kind}.py"
     if not path.is_file():
         raise ValueError(f"unknown topology {kind!r} (known: {', '.join(known())})")
     spec = importlib.util.spec_from_file_location(f"incast_topology_{kind}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)   # imports Mininet: only once a network is built
-    return module.topos[kind](senders=senders)
+    return module.topos[kind](senders=senders, **params)

@@ -11,7 +11,7 @@ from mininet.topo import Topo
 class StarTopo(Topo):
     """client -- s1 -- server1..serverN"""
 
-    def build(self, senders=1):
+    def build(self, senders=1, others=0):
         switch = self.addSwitch("s1")
         self.client = self.addHost("client")
         # Port 1 of the switch faces the client: it is the bottleneck port.
@@ -21,6 +21,12 @@ class StarTopo(Topo):
             server = self.addHost(f"server{i}")
             self.addLink(server, switch)
             self.servers.append(server)
+        # Extra hosts for background traffic (near1..nearM).
+        self.others = []
+        for i in range(1, others + 1):
+            h = self.addHost(f"near{i}")
+            self.addLink(h, switch)
+            self.others.append(h)
 
 
 topos = {"star": StarTopo}

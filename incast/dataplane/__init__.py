@@ -27,13 +27,14 @@ class Entry:
     host_tx_checksum: bool = False  # hosts must complete checksums (a software switch forwards frames as they are)
     telemetry_sampling: bool = False  # telemetry.sample other than "all" (records chosen in the switch)
     ecn: bool = False               # marks CE above switch.ecn (where the kernel/program can)
+    multi_switch: bool = False      # forwards across several switches (topologies beyond star)
 
 
 # The one place a data plane is registered: the factory, the scenario's allowed values
 # and the CLI help all read it.
 REGISTRY: dict[str, Entry] = {
     "linux": Entry("incast.dataplane.linux", "LinuxDataPlane", "kernel bridge + tc", calibrated=True,
-                   ecn=True),
+                   ecn=True, multi_switch=True),
     "bmv2": Entry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True,
                   packet_buffers=False, host_tx_checksum=True, telemetry_sampling=True),
 }
@@ -46,6 +47,14 @@ class Port:
     number: int        # port number on the switch (1-based, Mininet order)
     peer: str          # node at the other end of the link
     ifindex: int
+    trunk: bool = False  # the peer is a switch
+
+
+def port_rate(port: Port, scenario) -> int:
+    """A switch port's rate: a trunk's own (topology.trunk_rate), else the link's."""
+    if port.trunk and scenario.topology.trunk_rate:
+        return scenario.topology.trunk_rate
+    return scenario.link.rate
 
 
 def switch_ports(net) -> list[Port]:
@@ -59,7 +68,8 @@ def switch_ports(net) -> list[Port]:
                 continue
             other = intf.link.intf2 if intf.link.intf1 is intf else intf.link.intf1
             ports.append(Port(switch=sw.name, name=intf.name, number=number,
-                              peer=other.node.name, ifindex=index[intf.name]))
+                              peer=other.node.name, ifindex=index[intf.name],
+                              trunk=other.node in net.switches))
     return ports
 
 

@@ -23,7 +23,7 @@ from ..netdev import WIRE_OVERHEAD
 from ..probe import MissingFeature
 from ..scenario import ETH_HLEN
 from ..telemetry import QdiscTracer
-from . import DataPlane, switch_ports
+from . import DataPlane, port_rate, switch_ports
 
 BURST_FRAMES = 4        # HTB bucket depth, in full frames
 LEAF_RATE_SHARE = 1e-3  # guaranteed rate of a class; the rest is borrowed in prio order
@@ -55,9 +55,10 @@ def htb_burst(mtu: int) -> int:
     return BURST_FRAMES * (mtu + ETH_HLEN)
 
 
-def port_tc_commands(dev: str, scenario) -> list[str]:
-    """tc batch lines giving one switch port its shaped, partitioned egress buffer."""
-    rate = scenario.link.rate
+def port_tc_commands(dev: str, scenario, rate: int | None = None) -> list[str]:
+    """tc batch lines giving one switch port its shaped, partitioned egress buffer
+    (at `rate`, default the link's)."""
+    rate = rate or scenario.link.rate
     mtu = scenario.link.mtu
     qos = scenario.switch.qos
     frame = mtu + ETH_HLEN
@@ -130,7 +131,7 @@ class LinuxDataPlane(DataPlane):
         netdev.offloads_off([p.name for p in self.ports])
         lines = []
         for p in self.ports:
-            lines += port_tc_commands(p.name, self.scenario)
+            lines += port_tc_commands(p.name, self.scenario, port_rate(p, self.scenario))
         self.tc_script = "\n".join(lines) + "\n"
         netdev.batch("tc", lines)
 
