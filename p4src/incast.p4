@@ -63,6 +63,7 @@ const bit<32> CFG_TEL_N = 8;
 const bit<32> CFG_TEL_THRESHOLD = 9; /* bytes (mode 4) */
 const bit<32> CFG_TEL_DELTA = 10;    /* bytes (mode 3) */
 const bit<32> CFG_LATE_US = 11;      /* a packet that waited longer before ingress is late */
+const bit<32> CFG_ECN_K = 12;        /* mark CE when the class queue holds more bytes (0: off) */
 
 const bit<8> TEL_OFF = 0;
 const bit<8> TEL_ALL = 1;
@@ -203,6 +204,7 @@ struct metadata_t {
     bit<1>  send_pause;
     bit<1>  send_xon;
     bit<1>  sample;
+    bit<1>  ecn_marked;  /* the IPv4 header changed: its checksum is recomputed */
 }
 
 /* State shared by ingress (admission) and egress (departure). */
@@ -278,6 +280,7 @@ control IncastVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
 control IncastIngress(inout headers_t hdr, inout metadata_t meta,
                       inout standard_metadata_t std) {
     counter(NQUEUES, CounterType.packets_and_bytes) drops;
+    counter(NQUEUES, CounterType.packets) ecn_marks;
     counter(NPORTS, CounterType.packets) mac_control_rx;
     counter(NPORTS, CounterType.packets) pause_tx;
 
@@ -391,6 +394,17 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
         admit();
         meta.out_port = (bit<16>)std.egress_spec;
         meta.enq_ts = std.ingress_global_timestamp;
+
+        /* ECN (DCTCP's K): an ECN-capable packet that finds more than K bytes in its
+         * class queue is queued marked CE instead of unmarked; the others as before. */
+        bit<32> ecn_k;
+        cfg.read(ecn_k, CFG_ECN_K);
+        if (meta.accounted == 1 && ecn_k != 0 && hdr.ipv4.isValid() && hdr.ipv4.ecn != 0
+                && meta.occ_enq - meta.pkt_len > ecn_k) {
+            hdr.ipv4.ecn = 3;
+            meta.ecn_marked = 1;
+            ecn_marks.count(meta.qidx);
+        }
 
         bit<32> tel_mode;
         cfg.read(tel_mode, CFG_TEL_MODE);
@@ -665,7 +679,15 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
 }
 
 control IncastComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
-    apply { }
+    apply {
+        /* Only a header this switch changed (an ECN mark; options-free, as the hosts
+         * send them) gets a new checksum: any other is forwarded as it came. */
+        update_checksum(meta.ecn_marked == 1 && hdr.ipv4.isValid() && hdr.ipv4.ihl == 5,
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn, hdr.ipv4.totalLen,
+              hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset, hdr.ipv4.ttl,
+              hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },
+            hdr.ipv4.hdrChecksum, HashAlgorithm.csum16);
+    }
 }
 
 control IncastDeparser(packet_out pkt, in headers_t hdr) {

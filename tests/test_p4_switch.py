@@ -155,11 +155,11 @@ def rig():
         r.close()
 
 
-def udp(src, dst, dscp=0, size=100):
+def udp(src, dst, dscp=0, size=100, ecn=0):
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
     from scapy.compat import raw
-    pkt = Ether(src=MACS[src], dst=MACS[dst]) / IP(src=f"10.0.0.{src}", dst=f"10.0.0.{dst}", tos=dscp << 2) / \
+    pkt = Ether(src=MACS[src], dst=MACS[dst]) / IP(src=f"10.0.0.{src}", dst=f"10.0.0.{dst}", tos=dscp << 2 | ecn) / \
         UDP(sport=1000 + src, dport=2000) / (b"x" * size)
     return raw(pkt)
 
@@ -176,6 +176,31 @@ def test_classifies_dscp_into_class_queues(rig):
         rig.send(1, udp(1, 3, dscp=dscp))
         assert len(rig.receive(3, count=1)) == 1
         assert rig.counter("IncastEgress.tx", 3 * 8 + cls)[0] == before + 1, (dscp, cls)
+
+
+def test_ecn_marks_capable_packets_above_k_with_a_valid_checksum(rig):
+    """K = 3000 bytes: a frame that finds more than K in its class queue leaves marked
+    CE if it is ECN-capable, unchanged if not; the switch recomputes the IPv4 checksum
+    of what it marked and counts the marks."""
+    from scapy.layers.l2 import Ether
+    k = 3000
+    rig.cli([f"register_write cfg {bmv2.CFG['ecn_k']} {k}", "set_queue_rate 50 2 7"])
+    frames = [udp(1, 2, size=1000, ecn=2 if i % 3 else 0) for i in range(12)]   # 1042 B, every 3rd not ECT
+    for f in frames:
+        rig.send(1, f)
+    got = [Ether(f) for f in rig.receive(2, timeout=1.5, count=12)]
+    assert len(got) == 12
+    marked = 0
+    for i, pkt in enumerate(got):
+        ip = pkt["IP"]
+        finds = i * len(frames[0])                  # bytes queued ahead of it (50 pps: none left)
+        capable = i % 3 != 0
+        assert ip.tos & 3 == (3 if capable and finds > k else (2 if capable else 0)), (i, ip.tos)
+        marked += ip.tos & 3 == 3
+        sent = ip.chksum
+        del ip.chksum
+        assert Ether(bytes(pkt))["IP"].chksum == sent, f"frame {i}: bad checksum"
+    assert marked == 6 and rig.counter("IncastIngress.ecn_marks", 2 * 8)[0] == marked
 
 
 def test_byte_limit_admission_and_drop_counter(rig):

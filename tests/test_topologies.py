@@ -57,3 +57,16 @@ def test_two_switches_forward_and_an_innocent_flow_is_measured(tmp_path, no_left
     tc = (tmp_path / "r" / "switch.tc").read_text().splitlines()
     trunk = [ln for ln in tc if "classid 1:1 " in ln and ("dev s1-eth7 " in ln or "dev s2-eth6 " in ln)]
     assert len(trunk) == 2 and all(" rate 50000000bit " in ln for ln in trunk), trunk
+
+
+def test_bmv2_forwards_to_hosts_behind_other_switches():
+    from incast.dataplane import Port
+    from incast.dataplane.bmv2 import first_hop_ports
+    ports = [Port("s1", "s1-eth1", 1, "client", 11), Port("s1", "s1-eth2", 2, "server1", 12),
+             Port("s1", "s1-eth3", 3, "s2", 13, trunk=True),
+             Port("s2", "s2-eth1", 1, "server2", 21), Port("s2", "s2-eth2", 2, "s1", 22, trunk=True),
+             Port("s2", "s2-eth3", 3, "s3", 23, trunk=True),
+             Port("s3", "s3-eth1", 1, "server3", 31), Port("s3", "s3-eth2", 2, "s2", 32, trunk=True)]
+    assert first_hop_ports(ports, "s1") == {"client": 1, "server1": 2, "server2": 3, "server3": 3}
+    assert first_hop_ports(ports, "s2") == {"client": 2, "server1": 2, "server2": 1, "server3": 3}
+    assert first_hop_ports(ports, "s3") == {"client": 2, "server1": 2, "server2": 2, "server3": 1}

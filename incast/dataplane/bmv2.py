@@ -34,7 +34,7 @@ from ..netdev import WIRE_OVERHEAD
 from ..probe import MissingFeature
 from ..scenario import ETH_HLEN
 from ..telemetry import TelemetryResult, build_table, empty_table, flow_labels
-from . import DataPlane, Port, switch_ports
+from . import DataPlane, Port, port_rate, switch_ports
 
 REPO = Path(__file__).resolve().parents[2]
 P4_SOURCE = p4program.SOURCE
@@ -187,6 +187,31 @@ def mac_int(mac: str) -> int:
     return int(mac.replace(":", ""), 16)
 
 
+def first_hop_ports(ports: list[Port], switch: str) -> dict[str, int]:
+    """Host name -> the port of `switch` that leads to it: its own port for a host
+    attached there, else the trunk toward the switch that has it (breadth first over
+    the switches; the topologies are trees, so the path is unique)."""
+    by_switch: dict[str, list[Port]] = {}
+    for p in ports:
+        by_switch.setdefault(p.switch, []).append(p)
+    out: dict[str, int] = {}
+    seen = {switch}
+    frontier = [(switch, None)]        # (a switch, the port of `switch` that reaches it)
+    while frontier:
+        nxt = []
+        for sw, via in frontier:
+            for p in by_switch.get(sw, []):
+                first = via if via is not None else p.number
+                if p.trunk:
+                    if p.peer not in seen:
+                        seen.add(p.peer)
+                        nxt.append((p.peer, first))
+                else:
+                    out.setdefault(p.peer, first)
+        frontier = nxt
+    return out
+
+
 class Bmv2DataPlane(DataPlane):
     name = "bmv2"
 
@@ -225,8 +250,9 @@ class Bmv2DataPlane(DataPlane):
             # bmv2 paces in packets per second. Toward the client go full-size data
             # frames; toward the servers go ACKs, requests and PAUSE frames, which a
             # real link of this rate carries at its small-frame packet rate.
-            frame_mtu = mtu if p.peer == client else 64 - ETH_HLEN
-            pps = link_pps(s.link.rate, frame_mtu)
+            # A trunk carries the far servers' data one way: full frames both ways.
+            frame_mtu = mtu if p.peer == client or p.trunk else 64 - ETH_HLEN
+            pps = link_pps(port_rate(p, s), frame_mtu)
             for c, limit in enumerate(limits):
                 prio = PRIORITY_QUEUES - 1 - c
                 backstop = limit // 60 + 8   # more packets than the byte limit can ever admit
@@ -235,10 +261,11 @@ class Bmv2DataPlane(DataPlane):
                 cmds.append(f"register_write limit_bytes {p.number * 8 + c} {limit}")
         for prio in range(PRIORITY_QUEUES):
             cmds.append(f"set_queue_depth 16384 {TELEMETRY_PORT} {prio}")
+        toward = first_hop_ports(self.ports, sw.name)
         for h in net.hosts:
-            for p in host_ports:
-                if p.peer == h.name:
-                    cmds.append(f"table_add IncastIngress.l2_forward IncastIngress.set_egress {h.MAC()} => {p.number}")
+            if h.name in toward:
+                cmds.append(f"table_add IncastIngress.l2_forward IncastIngress.set_egress {h.MAC()} => "
+                            f"{toward[h.name]}")
         ports = " ".join(map(str, numbers))
         # Group 1 floods (ARP); group 2 carries PAUSE and XON frames to every host port.
         cmds += ["mc_mgrp_create 1", f"mc_node_create 0 {ports}", "mc_node_associate 1 0",
@@ -255,7 +282,7 @@ class Bmv2DataPlane(DataPlane):
                "quanta": quanta, "pause_us": pause_us, "refresh_us": pause_us // 2,
                "tel_mode": mode, "tel_n": param if mode == 2 else 1,
                "tel_threshold": param if mode == 4 else 0, "tel_delta": param if mode == 3 else 0,
-               "late_us": LATE_US}
+               "late_us": LATE_US, "ecn_k": s.switch.ecn or 0}
         cmds += [f"register_write cfg {CFG[k]} {v}" for k, v in cfg.items()]
         cmds.append(f"mirroring_add {TELEMETRY_SESSION} {TELEMETRY_PORT}")
         for p in host_ports:
@@ -292,16 +319,17 @@ class Bmv2DataPlane(DataPlane):
                 for c in range(len(limits)):
                     i = p.number * 8 + c
                     reads += [("c", "IncastEgress.tx", i), ("c", "IncastIngress.drops", i),
-                              ("r", "occ_bytes", i)]
+                              ("r", "occ_bytes", i), ("c", "IncastIngress.ecn_marks", i)]
             lines = self._read(sw, reads)
             values = [_parse_value(ln) for ln in lines]
             k = 0
             for p in ports:
                 for c, limit in enumerate(limits):
-                    tx, drops, occ = values[k], values[k + 1], values[k + 2]
-                    k += 3
+                    tx, drops, occ, marks = values[k], values[k + 1], values[k + 2], values[k + 3]
+                    k += 4
                     rows.append({"switch": sw.name, "port": p.name, "peer": p.peer, "queue": c,
                                  "sent_packets": tx[0], "sent_bytes": tx[1], "drops": drops[0],
+                                 "marks": marks[0],
                                  "overlimits": 0, "backlog_bytes": occ[0], "backlog_packets": -1,
                                  "limit": limit, "limit_unit": "bytes"})
         return pd.DataFrame(rows)
