@@ -1,0 +1,121 @@
+"""Teaching labs: `incast lab list` and `incast lab check N [ANSWERS]`.
+
+Each lab is a folder in labs/ (``NN-name``): ``handout.md`` (goal, background, steps
+with the exact commands, questions, what to hand in), ``answers.toml`` (the starter the
+student fills in), ``solution/`` (the reference: ``solve.py`` runs the steps and writes
+the answers a correct student would give) and ``check.py``, whose ``check(answers,
+lab)`` returns the problems it finds, each saying what is wrong and where to look. The
+checker reads the runs the student made (their directories are answers too), so it
+checks the student's own measurements, not numbers copied from somewhere.
+"""
+from __future__ import annotations
+
+import importlib.util
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+LABS_DIR = Path(__file__).resolve().parent.parent / "labs"
+
+
+class LabError(ValueError):
+    pass
+
+
+@dataclass
+class Lab:
+    number: int
+    name: str
+    path: Path
+
+    @property
+    def title(self) -> str:
+        first = (self.path / "handout.md").read_text().splitlines()[0]
+        return first.lstrip("# ").strip()
+
+    def module(self, name: str):
+        spec = importlib.util.spec_from_file_location(f"incast_lab_{self.number}_{name}", self.path / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    def needs(self) -> list[str]:
+        """What the lab needs that this machine lacks (check.py's NEEDS)."""
+        return list(getattr(self.module("check"), "missing", lambda: [])())
+
+
+def known() -> list[Lab]:
+    labs = []
+    for p in sorted(LABS_DIR.glob("[0-9][0-9]-*")):
+        if (p / "check.py").is_file():
+            labs.append(Lab(int(p.name[:2]), p.name[3:], p))
+    return labs
+
+
+def get(number: int) -> Lab:
+    for lab in known():
+        if lab.number == number:
+            return lab
+    raise LabError(f"no lab {number} (incast lab list: {', '.join(str(x.number) for x in known())})")
+
+
+def load_answers(path: Path) -> dict:
+    if not path.is_file():
+        raise LabError(f"{path}: no such answers file (copy the lab's answers.toml and fill it in)")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise LabError(f"{path}: not valid TOML: {e}") from None
+
+
+def check(lab: Lab, answers: dict) -> list[str]:
+    """The problems with a student's answers (empty: all correct)."""
+    return list(lab.module("check").check(answers, lab.path))
+
+
+def cmd_lab(args) -> int:
+    if args.action == "list":
+        for lab in known():
+            why = lab.needs()
+            print(f"{lab.number:2}  {lab.title}" + (f"  (needs: {'; '.join(why)})" if why else ""))
+        return 0
+    if args.number is None:
+        raise LabError("incast lab check N [ANSWERS]: which lab?")
+    lab = get(args.number)
+    why = lab.needs()
+    if why:
+        from .probe import MissingFeature
+        raise MissingFeature(f"lab {lab.number}: " + "; ".join(why))
+    answers = load_answers(Path(args.answers) if args.answers else Path.cwd() / "answers.toml")
+    problems = check(lab, answers)
+    if not problems:
+        print(f"lab {lab.number} ({lab.title}): every answer checks out")
+        return 0
+    print(f"lab {lab.number} ({lab.title}): {len(problems)} problem{'s' if len(problems) > 1 else ''}")
+    for p in problems:
+        print(f"  - {p}")
+    return 1
+
+
+# Helpers the labs' checkers share.
+
+def run_dir(answers: dict, key: str, problems: list[str]) -> Path | None:
+    """The run (or sweep) directory an answer names, if it is a finished one."""
+    value = answers.get(key)
+    if not value:
+        problems.append(f"{key}: empty; give the directory your run wrote (its --out)")
+        return None
+    p = Path(value)
+    if not ((p / "summary.json").is_file() or (p / "sweep.parquet").is_file()):
+        problems.append(f"{key}: {value} is not a finished run or sweep directory (no summary.json "
+                        "or sweep.parquet); did the run end?")
+        return None
+    return p
+
+
+def close(answer, truth: float, rel: float = 0.02, absolute: float = 0.0) -> bool:
+    try:
+        a = float(answer)
+    except (TypeError, ValueError):
+        return False
+    return abs(a - truth) <= max(abs(truth) * rel, absolute)
