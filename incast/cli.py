@@ -195,6 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     p.set_defaults(func=cmd_figure)
 
+    p = sub.add_parser("lab", help="teaching labs: list them, or check a student's answers")
+    p.add_argument("action", choices=["list", "check"])
+    p.add_argument("number", nargs="?", type=int, help="the lab (incast lab list)")
+    p.add_argument("answers", nargs="?", help="the filled-in answers.toml (default ./answers.toml)")
+    p.set_defaults(func=cmd_lab)
+
     p = sub.add_parser("explain", help="classify every timeout of a run made with --capture (FAST'08 Table 3)")
     p.add_argument("run_dir")
     p.add_argument("--out", help="image file (default RUN_DIR/explain.png)")
@@ -252,6 +258,14 @@ def cmd_figure(args) -> int:
     try:
         return figures.cmd_figure(args)
     except figures.FigureError as e:
+        raise UsageError(str(e)) from None
+
+
+def cmd_lab(args) -> int:
+    from . import labs
+    try:
+        return labs.cmd_lab(args)
+    except labs.LabError as e:
         raise UsageError(str(e)) from None
 
 

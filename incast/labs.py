@@ -30,8 +30,8 @@ class Lab:
 
     @property
     def title(self) -> str:
-        first = (self.path / "handout.md").read_text().splitlines()[0]
-        return first.lstrip("# ").strip()
+        first = (self.path / "handout.md").read_text().splitlines()[0].lstrip("# ").strip()
+        return first.split(": ", 1)[1] if first.startswith("Lab ") and ": " in first else first
 
     def module(self, name: str):
         spec = importlib.util.spec_from_file_location(f"incast_lab_{self.number}_{name}", self.path / f"{name}.py")

@@ -1,0 +1,57 @@
+"""The teaching labs: each has its parts, its starter fails its check with a helpful
+message, and its reference solution passes it (network labs as root)."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from conftest import incast_cmd, needs_root
+from incast import labs
+
+LABS = labs.known()
+
+
+@pytest.mark.parametrize("lab", LABS, ids=[f"lab{x.number}" for x in LABS])
+def test_every_lab_has_a_handout_a_starter_and_a_solution(lab):
+    text = (lab.path / "handout.md").read_text()
+    for part in ("**Goal.**", "**Background.**", "**Steps.**", "**Questions**", "**Hand in**"):
+        assert part in text, f"{lab.name}: the handout has no {part}"
+    assert (lab.path / "solution" / "solve.py").is_file()
+    starter = labs.load_answers(lab.path / "answers.toml")
+    problems = labs.check(lab, starter)
+    assert problems, "an empty starter must not pass"
+    assert all(len(p) > 30 for p in problems), problems       # each says what to do
+
+
+def test_lab_check_from_the_command_line(tmp_path):
+    r = incast_cmd("lab", "check", "1", str(LABS[0].path / "answers.toml"))
+    assert r.returncode == 1 and "run_dir: empty" in r.stdout
+    r = incast_cmd("lab", "check", "99")
+    assert r.returncode == 2 and "no lab 99" in r.stderr
+    r = incast_cmd("lab", "check", "1", str(tmp_path / "missing.toml"))
+    assert r.returncode == 2 and "no such answers file" in r.stderr
+
+
+def solver(lab):
+    spec = importlib.util.spec_from_file_location(f"solve{lab.number}", lab.path / "solution" / "solve.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.solve
+
+
+SMALL = {1: {}, 2: {"senders": "2,3,4,16", "blocks": 5}, 3: {"blocks": 5}}
+
+
+@needs_root
+@pytest.mark.network
+@pytest.mark.parametrize("number", [1, 2, 3])
+def test_the_reference_solution_passes_its_check(number, tmp_path, no_leftovers):
+    lab = labs.get(number)
+    answers = solver(lab)(tmp_path, **SMALL[number])
+    assert labs.check(lab, answers) == []
+    wrong = dict(answers)
+    key = next(k for k, v in answers.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and v)
+    wrong[key] = answers[key] * 3 + 7
+    problems = labs.check(lab, wrong)
+    assert any(p.startswith(key) for p in problems), (key, problems)
