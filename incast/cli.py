@@ -196,9 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_figure)
 
     p = sub.add_parser("lab", help="teaching labs: list them, or check a student's answers")
-    p.add_argument("action", choices=["list", "check"])
+    p.add_argument("action", choices=["list", "check", "starter"],
+                   help="list; check N [ANSWERS]; starter N [DIR] (a P4 lab's program to complete)")
     p.add_argument("number", nargs="?", type=int, help="the lab (incast lab list)")
-    p.add_argument("answers", nargs="?", help="the filled-in answers.toml (default ./answers.toml)")
+    p.add_argument("answers", nargs="?", help="check: the filled-in answers.toml (default ./answers.toml); "
+                   "starter: the directory to write incast.p4 in (default .)")
     p.set_defaults(func=cmd_lab)
 
     p = sub.add_parser("explain", help="classify every timeout of a run made with --capture (FAST'08 Table 3)")

@@ -1,4 +1,4 @@
-"""Teaching labs: `incast lab list` and `incast lab check N [ANSWERS]`.
+"""Teaching labs: `incast lab list`, `incast lab check N [ANSWERS]`, `incast lab starter N [DIR]`.
 
 Each lab is a folder in labs/ (``NN-name``): ``handout.md`` (goal, background, steps
 with the exact commands, questions, what to hand in), ``answers.toml`` (the starter the
@@ -74,6 +74,21 @@ def check(lab: Lab, answers: dict) -> list[str]:
 
 
 def cmd_lab(args) -> int:
+    if args.action == "starter":
+        from . import p4program
+        lab = get(args.number) if args.number is not None else None
+        if lab is None:
+            raise LabError("incast lab starter N [DIR]: which lab?")
+        out = Path(args.answers or ".")
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            text = p4program.lab_starter(lab.number)
+        except ValueError:
+            raise LabError(f"lab {lab.number} has no P4 program to write") from None
+        (out / "incast.p4").write_text(text)
+        print(f"{out / 'incast.p4'}: p4src/incast.p4 with lab {lab.number}'s parts to write "
+              f"(look for TODO (lab {lab.number}))")
+        return 0
     if args.action == "list":
         for lab in known():
             why = lab.needs()

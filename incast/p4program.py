@@ -49,3 +49,41 @@ def header(name: str) -> list[tuple[str, int]]:
     if m is None:
         raise LookupError(f"{SOURCE.name} has no header {name}")
     return [(f, int(bits)) for bits, f in re.findall(r"bit<(\d+)>\s+(\w+)\s*;", m.group(1))]
+
+
+# Teaching labs: regions of the program a lab's student writes, marked in the source:
+#     /* lab N begin: what the region does (the TODO the student sees) */
+#     /* lab N stub: code that compiles in its place (does nothing useful) */
+#     ...the real code...
+#     /* lab N end */
+_REGION = re.compile(r"^(?P<indent>[ \t]*)/\* lab (?P<lab>\d+) begin: (?P<hint>.*?)\*/\n"
+                     r"[ \t]*/\* lab (?P=lab) stub: (?P<stub>.*?)\*/\n"
+                     r"(?P<body>.*?)"
+                     r"^[ \t]*/\* lab (?P=lab) end \*/\n", re.M | re.S)
+
+
+def lab_regions(lab: int, text: str | None = None) -> list[str]:
+    """The hints of lab's regions, in source order."""
+    text = SOURCE.read_text() if text is None else text
+    return [_hint(m) for m in _REGION.finditer(text) if int(m["lab"]) == lab]
+
+
+def _hint(m) -> str:
+    return " ".join(re.sub(r"\n[ \t]*\*", " ", m["hint"]).split())
+
+
+def lab_starter(lab: int, text: str | None = None) -> str:
+    """The program with lab's regions replaced by a TODO and a stub that compiles; the
+    other labs' regions keep their code (and lose their markers)."""
+    text = SOURCE.read_text() if text is None else text
+
+    def replace(m):
+        ind = m["indent"]
+        if int(m["lab"]) != lab:
+            return m["body"]
+        hint = _hint(m)
+        return f"{ind}/* TODO (lab {lab}): {hint} */\n{ind}{' '.join(m['stub'].split())}\n"
+    out = _REGION.sub(replace, text)
+    if out == text or "TODO (lab" not in out:
+        raise ValueError(f"p4src/incast.p4 has no region for lab {lab}")
+    return out

@@ -318,6 +318,11 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
 
     /* Admission against the byte limit of (egress port, class). */
     action admit() {
+        /* lab 5 begin: admit the packet (meta.pkt_len bytes) if its class queue
+         * (occ_bytes[meta.qidx]) stays within its limit (limit_bytes[meta.qidx]); if so
+         * add its bytes to the class queue and to the port (port_bytes[meta.pidx]). Set
+         * meta.accounted (1: admitted), meta.occ_enq and meta.port_enq (after it). */
+        /* lab 5 stub: meta.accounted = 0; meta.occ_enq = 0; meta.port_enq = 0; */
         bit<32> occ;
         bit<32> lim;
         bit<32> port_occ;
@@ -332,6 +337,7 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
         meta.accounted = ok ? 1w1 : 1w0;
         meta.occ_enq = occ;
         meta.port_enq = port_occ;
+        /* lab 5 end */
     }
 
     /* The port is above XOFF: mark it congested; PAUSE is due if no port was, or
@@ -528,6 +534,10 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
 
     /* The packet leaves its class queue: release its bytes. */
     action release() {
+        /* lab 5 begin: the packet leaves: take its bytes (meta.pkt_len) off its class
+         * queue (occ_bytes[meta.qidx]) and its port (port_bytes[meta.pidx]); set
+         * meta.occ_deq and meta.port_deq (after it left). */
+        /* lab 5 stub: meta.occ_deq = 0; meta.port_deq = 0; */
         bit<32> occ;
         bit<32> port_occ;
         occ_bytes.read(occ, meta.qidx);
@@ -538,6 +548,7 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         port_bytes.write(meta.pidx, port_occ);
         meta.occ_deq = occ;
         meta.port_deq = port_occ;
+        /* lab 5 end */
     }
 
     /* A congested port down to XON; the last one sends XON. */

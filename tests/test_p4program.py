@@ -29,3 +29,20 @@ def test_every_config_register_is_read_by_the_program_and_fits():
     assert len(set(regs.values())) == len(regs) and max(regs.values()) < size
     for name in regs:
         assert re.search(rf"cfg\.read\(\w+,\s*CFG_{name.upper()}\)", source), f"CFG_{name.upper()} is never read"
+
+
+def test_a_labs_starter_replaces_only_its_regions_with_todos_and_stubs():
+    from incast import p4program
+    source = p4program.SOURCE.read_text()
+    hints = p4program.lab_regions(5)
+    assert len(hints) == 2 and all("occ_bytes" in h for h in hints)
+    starter = p4program.lab_starter(5)
+    assert starter.count("TODO (lab 5)") == 2
+    assert "lab 5 begin" not in starter and "lab 5 end" not in starter
+    assert "occ_bytes.write" not in starter            # the student writes both actions
+    assert "meta.accounted = 0;" in starter            # a stub that compiles in their place
+    # Everything outside the regions is the program itself.
+    assert starter.splitlines()[:50] == source.splitlines()[:50]
+    import pytest
+    with pytest.raises(ValueError, match="no region for lab 99"):
+        p4program.lab_starter(99)

@@ -76,10 +76,11 @@ def bmv2_version() -> tuple[int, ...]:
     return version
 
 
-def compile_program() -> Path:
-    """p4c-bm2-ss output for p4src/incast.p4, built once per source and compiler."""
+def compile_program(program: Path = P4_SOURCE) -> Path:
+    """p4c-bm2-ss output for p4src/incast.p4 (or another program: a lab's), built once
+    per source and compiler."""
     p4c = tool("p4c-bm2-ss")
-    source = P4_SOURCE.read_bytes()
+    source = program.read_bytes()
     if p4c:
         version = subprocess.run([p4c, "--version"], capture_output=True, text=True).stdout.strip()
         key = hashlib.sha256(source + version.encode()).hexdigest()[:16]
@@ -95,16 +96,16 @@ def compile_program() -> Path:
         for path in reversed(cached):
             if (path.parent / "source.sha256").read_text().strip() == src_hash:
                 return path
-        raise MissingFeature("p4c is not installed (p4c-bm2-ss not on PATH) and p4src/incast.p4 "
+        raise MissingFeature(f"p4c is not installed (p4c-bm2-ss not on PATH) and {program.name} "
                              "has not been compiled before")
     tmp = out_dir.with_suffix(".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     r = subprocess.run([p4c, "--std", "p4-16", "--arch", "v1model", "-o", str(tmp / "incast.json"),
-                        "--p4runtime-files", str(tmp / "incast.p4info.txt"), str(P4_SOURCE)],
+                        "--p4runtime-files", str(tmp / "incast.p4info.txt"), str(program)],
                        capture_output=True, text=True)
     if r.returncode:
-        raise RuntimeError(f"p4c failed on {P4_SOURCE}: {r.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"p4c failed on {program}: {r.stderr.strip()[-2000:]}")
     (tmp / "source.sha256").write_text(hashlib.sha256(source).hexdigest() + "\n")
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)

@@ -1,0 +1,25 @@
+"""Lab 5's reference solution: the testbed's own admit() and release().
+
+    python3 labs/05-p4-shallow-buffer/solution/solve.py OUT_DIR   (writes OUT_DIR/answers.toml)
+"""
+import json
+import shutil
+import sys
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parents[3] / "p4src" / "incast.p4"
+
+
+def solve(out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(SOURCE, out / "incast.p4")
+    return {"program": str(out / "incast.p4"),
+            "why_count_bytes_in_p4": "bmv2's queues count packets, but a switch buffer holds bytes: "
+                                     "a 32 KB buffer holds 21 full frames or hundreds of ACKs"}
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1])
+    answers = solve(out)
+    (out / "answers.toml").write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in answers.items()))
+    print(out / "answers.toml")
