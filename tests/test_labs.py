@@ -40,12 +40,12 @@ def solver(lab):
     return mod.solve
 
 
-SMALL = {1: {}, 2: {"senders": "2,3,4,16", "blocks": 5}, 3: {"blocks": 5}}
+SMALL = {1: {}, 2: {"senders": "2,3,4,16", "blocks": 5}, 3: {"blocks": 5}, 4: {"senders": "1,2,4,16", "blocks": 5}}
 
 
 @needs_root
 @pytest.mark.network
-@pytest.mark.parametrize("number", [1, 2, 3])
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
 def test_the_reference_solution_passes_its_check(number, tmp_path, no_leftovers):
     lab = labs.get(number)
     answers = solver(lab)(tmp_path, **SMALL[number])
