@@ -134,3 +134,54 @@ def close(answer, truth: float, rel: float = 0.02, absolute: float = 0.0) -> boo
     except (TypeError, ValueError):
         return False
     return abs(a - truth) <= max(abs(truth) * rel, absolute)
+
+
+def sweep_table(answers: dict, column: str, values: list[str], problems: list[str]):
+    """The table of the sweep an answer (sweep_dir) names, if it varies `column` over
+    at least `values`; else None with the problem said."""
+    import pandas as pd
+    sweep = run_dir(answers, "sweep_dir", problems)
+    if sweep is None:
+        return None
+    t = pd.read_parquet(sweep / "sweep.parquet")
+    if column not in t or not set(values) <= set(t[column].astype(str)):
+        problems.append(f"sweep_dir: the sweep must vary {column} over {', '.join(values)} "
+                        f"(--grid {column}={','.join(values)})")
+        return None
+    return t
+
+
+def onset_and_goodput(answers: dict, rows, suffix: str, what: str, problems: list[str]) -> None:
+    """Check measured_onset_<suffix> (the fewest servers whose run dropped at the
+    bottleneck) and goodput_16_<suffix> against a sweep's rows for one setting."""
+    rows = rows.sort_values("senders")
+    dropping = rows[rows["bottleneck_drops"] > 0]
+    key = f"measured_onset_{suffix}"
+    if not len(dropping):
+        problems.append(f"{key}: no run of your sweep dropped {what}; add more servers")
+    elif answers.get(key) != int(dropping["senders"].iloc[0]):
+        problems.append(f"{key}: {answers.get(key)} is not the fewest servers with bottleneck_drops > 0 "
+                        f"in your sweep {what}")
+    at16 = rows[rows["senders"] == 16]["goodput_mbps"]
+    key = f"goodput_16_{suffix}"
+    if not len(at16):
+        problems.append(f"{key}: your sweep has no 16-server run")
+    elif not close(answers.get(key), float(at16.mean())):
+        problems.append(f"{key}: {answers.get(key)} is not your sweep's goodput_mbps at 16 servers {what}")
+
+
+def sentence(answers: dict, key: str, words: tuple[str, ...], hint: str, problems: list[str]) -> None:
+    """A one-sentence answer: long enough, and touching what it must."""
+    text = str(answers.get(key, "")).lower()
+    if len(text) < 20 or not any(w in text for w in words):
+        problems.append(f"{key}: {hint}")
+
+
+def solution_main(solve) -> None:
+    """A lab's solve.py as a command: solve.py OUT_DIR writes OUT_DIR/answers.toml."""
+    import json
+    import sys
+    out = Path(sys.argv[1])
+    answers = solve(out)
+    (out / "answers.toml").write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in answers.items()))
+    print(out / "answers.toml")

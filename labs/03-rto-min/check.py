@@ -2,19 +2,13 @@
 import json
 from pathlib import Path
 
-import pandas as pd
-
-from incast.labs import close, run_dir
+from incast.labs import close, sentence, sweep_table
 
 
 def check(answers: dict, lab) -> list[str]:
     problems: list[str] = []
-    sweep = run_dir(answers, "sweep_dir", problems)
-    if sweep is None:
-        return problems
-    t = pd.read_parquet(sweep / "sweep.parquet")
-    if "rto_min" not in t or not {"200ms", "min"} <= set(t["rto_min"].astype(str)):
-        problems.append("sweep_dir: the sweep must vary rto_min over at least 200ms and min")
+    t = sweep_table(answers, "rto_min", ["200ms", "min"], problems)
+    if t is None:
         return problems
     by = t.groupby(t["rto_min"].astype(str))
     for label, key in (("200ms", "goodput_200ms"), ("min", "goodput_min")):
@@ -27,7 +21,6 @@ def check(answers: dict, lab) -> list[str]:
     hz = json.loads((run / "environment.json").read_text())["hz"]
     if answers.get("hz") != hz:
         problems.append(f"hz: {answers.get('hz')} is not this kernel's (environment.json of any run)")
-    why = str(answers.get("why_the_floor", "")).lower()
-    if len(why) < 20 or not any(w in why for w in ("jiff", "tick", "hz", "timer")):
-        problems.append("why_the_floor: which clock does a stock kernel run TCP's retransmission timer on?")
+    sentence(answers, "why_the_floor", ("jiff", "tick", "hz", "timer"),
+             "which clock does a stock kernel run TCP's retransmission timer on?", problems)
     return problems

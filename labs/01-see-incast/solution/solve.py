@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 from incast import explain
 
 RUN = ["--senders", "16", "--link-rate", "100Mbit", "--buffer", "32KiB", "--sru", "32KiB",
@@ -35,7 +33,5 @@ def solve(out: Path) -> dict:
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1])
-    answers = solve(out)
-    (out / "answers.toml").write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in answers.items()))
-    print(out / "answers.toml")
+    from incast.labs import solution_main
+    solution_main(solve)

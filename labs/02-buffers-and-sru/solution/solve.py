@@ -3,7 +3,6 @@
     python3 labs/02-buffers-and-sru/solution/solve.py OUT_DIR   (writes OUT_DIR/answers.toml)
 """
 import importlib.util
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +35,5 @@ def solve(out: Path, senders: str = SENDERS, blocks: int = 10) -> dict:
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1])
-    answers = solve(out)
-    (out / "answers.toml").write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in answers.items()))
-    print(out / "answers.toml")
+    from incast.labs import solution_main
+    solution_main(solve)

@@ -27,7 +27,5 @@ def solve(out: Path, blocks: int = 10) -> dict:
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1])
-    answers = solve(out)
-    (out / "answers.toml").write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in answers.items()))
-    print(out / "answers.toml")
+    from incast.labs import solution_main
+    solution_main(solve)

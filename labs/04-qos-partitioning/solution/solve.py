@@ -2,7 +2,6 @@
 
     python3 labs/04-qos-partitioning/solution/solve.py OUT_DIR   (writes OUT_DIR/answers.toml)
 """
-import json
 import subprocess
 import sys
 import tomllib
@@ -36,7 +35,5 @@ def solve(out: Path, senders: str = "1,2,3,4,6,8,12,16", blocks: int = 10) -> di
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1])
-    answers = solve(out)
-    (out / "answers.toml").write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in answers.items()))
-    print(out / "answers.toml")
+    from incast.labs import solution_main
+    solution_main(solve)

@@ -2,9 +2,7 @@
 
     python3 labs/05-p4-shallow-buffer/solution/solve.py OUT_DIR   (writes OUT_DIR/answers.toml)
 """
-import json
 import shutil
-import sys
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parents[3] / "p4src" / "incast.p4"
@@ -19,7 +17,5 @@ def solve(out: Path) -> dict:
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1])
-    answers = solve(out)
-    (out / "answers.toml").write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in answers.items()))
-    print(out / "answers.toml")
+    from incast.labs import solution_main
+    solution_main(solve)
