@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a small grid and few blocks (minutes)")
     p.add_argument("--out", help="directory to create (default results/figure-NAME-<time>)")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
-    p.set_defaults(func=cmd_figure)
+    p.set_defaults(func=lambda a: __import__("incast.figures", fromlist=["cmd_figure"]).cmd_figure(a))
 
     p = sub.add_parser("lab", help="teaching labs: list them, or check a student's answers")
     p.add_argument("action", choices=["list", "check", "starter"],
@@ -201,13 +201,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("number", nargs="?", type=int, help="the lab (incast lab list)")
     p.add_argument("answers", nargs="?", help="check: the filled-in answers.toml (default ./answers.toml); "
                    "starter: the directory to write incast.p4 in (default .)")
-    p.set_defaults(func=cmd_lab)
+    p.set_defaults(func=lambda a: __import__("incast.labs", fromlist=["cmd_lab"]).cmd_lab(a))
 
     p = sub.add_parser("explain", help="classify every timeout of a run made with --capture (FAST'08 Table 3)")
     p.add_argument("run_dir")
     p.add_argument("--out", help="image file (default RUN_DIR/explain.png)")
     p.add_argument("--json", action="store_true", help="print the breakdown as JSON")
-    p.set_defaults(func=cmd_explain)
+    p.set_defaults(func=lambda a: __import__("incast.explain", fromlist=["cmd_explain"]).cmd_explain(a))
 
     p = sub.add_parser("probe", help="show what this machine's kernel can do")
     p.set_defaults(func=cmd_probe)
@@ -253,30 +253,6 @@ def cmd_calibrate(args) -> int:
         for line in calibrate.describe(c):
             print(line)
     return 0
-
-
-def cmd_figure(args) -> int:
-    from . import figures
-    try:
-        return figures.cmd_figure(args)
-    except figures.FigureError as e:
-        raise UsageError(str(e)) from None
-
-
-def cmd_lab(args) -> int:
-    from . import labs
-    try:
-        return labs.cmd_lab(args)
-    except labs.LabError as e:
-        raise UsageError(str(e)) from None
-
-
-def cmd_explain(args) -> int:
-    from . import explain
-    try:
-        return explain.cmd_explain(args)
-    except explain.ExplainError as e:
-        raise UsageError(str(e)) from None
 
 
 def main(argv=None) -> int:

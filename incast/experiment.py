@@ -167,8 +167,7 @@ def _queue_delta(before: pd.DataFrame, after: pd.DataFrame, rep: int) -> pd.Data
     b = before.set_index(key)
     a = after.set_index(key)
     for col in ("sent_packets", "sent_bytes", "drops", "marks", "overlimits"):
-        if col in a:
-            delta[col] = (a[col] - b[col]).values
+        delta[col] = (a[col] - b[col]).values
     delta.insert(0, "rep", rep)
     return delta
 
@@ -179,8 +178,7 @@ def watched_links(net, dp, scenario, world_inode: int) -> list[fidelity.WatchedL
     from .netdev import WIRE_OVERHEAD
     from .scenario import ETH_HLEN
     rate, frame = scenario.link.rate, scenario.link.mtu + ETH_HLEN
-    from .dataplane import port_rate
-    links = [fidelity.WatchedLink(p.name, "switch", world_inode, p.ifindex, port_rate(p, scenario),
+    links = [fidelity.WatchedLink(p.name, "switch", world_inode, p.ifindex, dataplanes.port_rate(p, scenario),
                                   WIRE_OVERHEAD, frame)
              for p in dp.paced_ports()]
     for h in net.hosts:

@@ -43,6 +43,7 @@ from pathlib import Path
 import pandas as pd
 
 from .capture import CAPTURE_DIR, META
+from .scenario import ScenarioError
 
 CAUSES = ("lost_retransmit", "last_packet", "full_window", "little_feedback", "other")
 FLOOR_MARGIN = 0.9
@@ -50,8 +51,8 @@ COLUMNS = ["rep", "block", "measured", "server", "time_us", "seq", "dart", "send
            "cause", "decided_block"]
 
 
-class ExplainError(RuntimeError):
-    pass
+class ExplainError(ScenarioError):
+    """Bad input (exit 2), as the CLI reports scenario errors."""
 
 
 @dataclass
@@ -250,11 +251,10 @@ def explain(run_dir: Path) -> Explanation:
         raise ExplainError(f"{run_dir}: no packet capture; run the scenario again with --capture")
     meta = json.loads((cap / META).read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
-    env = json.loads((run_dir / "environment.json").read_text())
     applied = json.loads((run_dir / "tcp_hosts.json").read_text()) if (run_dir / "tcp_hosts.json").is_file() else {}
     blocks = pd.read_parquet(run_dir / "blocks.parquet")
     floor_ns = int(summary["rto_floor_us"] * 1000)
-    dupthresh = int(_scenario_dupthresh(run_dir))
+    dupthresh = _servers_dupthresh(run_dir)
     offset = meta["realtime_minus_monotonic_ns"] + meta["t0_monotonic_ns"]
     rows = []
     ips = _server_ips(run_dir, applied)
@@ -270,22 +270,24 @@ def explain(run_dir: Path) -> Explanation:
     df = df.sort_values("time_us", kind="stable").reset_index(drop=True)
     # Each timeout to the measured block it happened in (warm-up and between blocks: -1).
     df["rep"], df["block"] = -1, -1
+    last_server = pd.Series("", index=df.index)
     for b in blocks.itertuples():
         inside = (df["time_us"] >= b.start_us) & (df["time_us"] <= b.end_us)
         df.loc[inside, "rep"], df.loc[inside, "block"] = b.rep, b.block
+        last_server[inside] = b.last_server
     df["measured"] = df["block"] >= 0
-    blocks = blocks.copy()
-    decided, n, cause = [], [], []
-    for b in blocks.itertuples():
-        inb = df[(df["rep"] == b.rep) & (df["block"] == b.block)]
-        n.append(len(inb))
-        last = inb[inb["server"] == b.last_server]
-        decided.append(len(last) > 0)
-        cause.append(last["cause"].iloc[-1] if len(last) else (inb["cause"].iloc[-1] if len(inb) else ""))
-    blocks["timeouts"], blocks["decided_by_timeout"], blocks["cause"] = n, decided, cause
-    df["decided_block"] = [bool(((blocks["rep"] == r) & (blocks["block"] == k) & blocks["decided_by_timeout"]
-                                 & (blocks["last_server"] == s)).any())
-                           for r, k, s in zip(df["rep"], df["block"], df["server"])]
+    # A timeout of the block's last server to finish decided the block's duration.
+    df["decided_block"] = df["measured"] & (df["server"] == last_server)
+    per_block = df[df["measured"]].groupby(["rep", "block"])
+    blocks = blocks.merge(per_block.size().rename("timeouts"), on=["rep", "block"], how="left")
+    blocks = blocks.merge(per_block["decided_block"].any().rename("decided_by_timeout"), on=["rep", "block"],
+                          how="left")
+    # The cause shown for a block: its deciding timeout's, else its last timeout's.
+    shown = df[df["measured"]].sort_values(["decided_block", "time_us"]).groupby(["rep", "block"])["cause"].last()
+    blocks = blocks.merge(shown.rename("cause"), on=["rep", "block"], how="left")
+    blocks["timeouts"] = blocks["timeouts"].fillna(0).astype(int)
+    blocks["decided_by_timeout"] = blocks["decided_by_timeout"].astype("boolean").fillna(False).astype(bool)
+    blocks["cause"] = blocks["cause"].fillna("")
     df["cause"] = pd.Categorical(df["cause"], categories=list(CAUSES))
     dropped = [h.get("dropped_by_kernel") for h in meta["hosts"].values()]
     return Explanation(df[COLUMNS], blocks, _kernel_count(run_dir, "TCPTimeouts"),
@@ -293,10 +295,13 @@ def explain(run_dir: Path) -> Explanation:
                        summary["rto_floor_us"], dupthresh)
 
 
-def _scenario_dupthresh(run_dir: Path) -> int:
+def _servers_dupthresh(run_dir: Path) -> int:
+    """The duplicate-ACK threshold the servers ran with (their profile's)."""
     import tomllib
-    data = tomllib.loads((run_dir / "scenario.toml").read_text())
-    return data.get("tcp", {}).get("dupack_threshold", 3)
+
+    from .scenario import build
+    scenario = build(tomllib.loads((run_dir / "scenario.toml").read_text()))
+    return scenario.tcp.for_host("servers").dupack_threshold
 
 
 def _server_ips(run_dir: Path, applied: dict) -> dict[str, str]:

@@ -27,12 +27,14 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .scenario import ScenarioError
+
 FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
 PAYLOAD_SHARE = 1448 / 1538
 
 
-class FigureError(ValueError):
-    pass
+class FigureError(ScenarioError):
+    """Bad input (exit 2), as the CLI reports scenario errors."""
 
 
 class _Model(BaseModel):
@@ -151,6 +153,7 @@ def point_means(fig: Figure, table: pd.DataFrame, metric: str) -> pd.DataFrame:
 def judge(fig: Figure, table: pd.DataFrame) -> list[dict]:
     """A verdict for each claim: holds, does not hold, or not testable (and why)."""
     out = []
+    limit = _limit(table) * PAYLOAD_SHARE
     for c in fig.claims:
         means = point_means(fig, table, c.metric)
         verdict, detail = "not testable", ""
@@ -167,7 +170,6 @@ def judge(fig: Figure, table: pd.DataFrame) -> list[dict]:
                 ok, parts = True, []
                 for x in xs:
                     v = means.at[x, c.series]
-                    limit = _limit(table) * PAYLOAD_SHARE
                     if c.below is not None:
                         good = v < c.below * limit
                         parts.append(f"{x:g}: {v:.1f} vs < {c.below * limit:.1f}")

@@ -15,11 +15,13 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from .scenario import ScenarioError
+
 LABS_DIR = Path(__file__).resolve().parent.parent / "labs"
 
 
-class LabError(ValueError):
-    pass
+class LabError(ScenarioError):
+    """Bad input (exit 2), as the CLI reports scenario errors."""
 
 
 @dataclass
