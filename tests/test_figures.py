@@ -69,7 +69,7 @@ def test_a_figure_runs_quick_and_is_judged(tmp_path, no_leftovers):
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["quick"] and out["runs"] == 3
-    assert [v["verdict"] in ("holds", "does not hold", "not testable") for v in out["verdicts"]]
+    assert all(v["verdict"] in ("holds", "does not hold", "not testable") for v in out["verdicts"])
     assert len(out["verdicts"]) == len(figures.load("fast08-fig3").claims)
     for f in ("figure.png", "comparison.csv", "verdicts.json", "sweep.parquet"):
         assert (tmp_path / "f" / f).is_file(), f
