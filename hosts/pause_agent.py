@@ -4,8 +4,13 @@
 Listens on the host's interface for MAC Control frames (EtherType 0x8808). A PAUSE
 with quanta q stops the host's egress for q x 512 bit-times at the link rate; quanta 0,
 or the expiry of the last PAUSE, resumes it. A PFC frame (opcode 0x0101) is treated as
-a PAUSE with the largest quanta of its enabled classes (per-class pausing would need a
-class-aware host queue).
+a PAUSE with the largest quanta of the enabled classes this host sends in (--classes;
+the host has one queue, so a PFC frame for any of its classes stops all of it, and one
+for other classes only is ignored).
+
+With --storm-us the agent is a broken NIC: --storm-after-us after it gets SIGUSR1 (the
+runner sends it when the first measured block begins), it keeps sending PAUSE frames
+for that long (then quanta 0), the pause storm a watchdog must catch.
 
 How egress stops is given as two tc commands (run by one persistent `tc -batch`):
 where the kernel has the `plug` qdisc, `qdisc change ... plug block` /
@@ -28,11 +33,14 @@ import signal
 import socket
 import struct
 import subprocess
+import threading
 import time
 
 ETH_P_MAC_CONTROL = 0x8808
 OP_PAUSE = 0x0001
 OP_PFC = 0x0101
+SOL_PACKET = 263
+PACKET_QDISC_BYPASS = 20
 REALTIME_PRIORITY = 10
 
 
@@ -103,8 +111,9 @@ class Gate:
         self.tc.wait()
 
 
-def pause_quanta(frame):
-    """Quanta asked for by a MAC Control frame, or None if it is not PAUSE/PFC."""
+def pause_quanta(frame, classes=range(8)):
+    """Quanta asked for by a MAC Control frame, or None if it is not PAUSE/PFC (or a
+    PFC frame for none of `classes`)."""
     if len(frame) < 18 or struct.unpack_from("!H", frame, 12)[0] != ETH_P_MAC_CONTROL:
         return None
     opcode = struct.unpack_from("!H", frame, 14)[0]
@@ -113,7 +122,7 @@ def pause_quanta(frame):
     if opcode == OP_PFC and len(frame) >= 34:
         enabled = struct.unpack_from("!H", frame, 16)[0]
         quanta = struct.unpack_from("!8H", frame, 18)
-        active = [q for c, q in enumerate(quanta) if enabled & (1 << c)]
+        active = [q for c, q in enumerate(quanta) if enabled & (1 << c) and c in classes]
         return max(active) if active else None
     return None
 
@@ -128,7 +137,13 @@ def main():
     ap.add_argument("--events", action="store_true", help="print CLOSED / OPENED as egress stops and restarts")
     ap.add_argument("--pause-cmd", required=True, help="tc batch line that stops egress")
     ap.add_argument("--resume-cmd", required=True, help="tc batch line that restarts it")
+    ap.add_argument("--classes", default="0,1,2,3,4,5,6,7",
+                    help="comma-separated traffic classes this host sends in (whose PFC it obeys)")
+    ap.add_argument("--storm-after-us", type=float, default=0.0)
+    ap.add_argument("--storm-us", type=float, default=0.0, help="send a PAUSE storm for this long")
+    ap.add_argument("--quanta", type=int, default=0xFFFF, help="quanta of the storm's frames")
     args = ap.parse_args()
+    classes = {int(c) for c in args.classes.split(",")}
     realtime = _realtime()
 
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_MAC_CONTROL))
@@ -145,10 +160,15 @@ def main():
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop)
     deadline = None
+    if args.storm_us > 0:
+        go = threading.Event()
+        signal.signal(signal.SIGUSR1, lambda *_: go.set())
+        threading.Thread(target=storm, daemon=True, args=(
+            sock, go, args.storm_after_us / 1e6, args.storm_us / 1e6, args.quanta, quantum_s, stats)).start()
     print("READY", flush=True)
     try:
         while True:
-            deadline = handle_one(sock, gate, deadline, quantum_s, stats)
+            deadline = handle_one(sock, gate, deadline, quantum_s, stats, classes)
     except Stop:
         pass
     gate.stop()
@@ -177,7 +197,30 @@ def _stop(*_):
     raise Stop()
 
 
-def handle_one(sock, gate, deadline, quantum_s, stats):
+def storm(sock, go, after_s, duration_s, quanta, quantum_s, stats):
+    """Once `go` is set and after_s has passed, send PAUSE frames, each before the
+    last expires (at least every millisecond), for duration_s, then quanta 0. They
+    bypass this host's own (maybe paused) queue."""
+    frame = bytes.fromhex("0180c2000001") + sock.getsockname()[4] + struct.pack("!HHH", ETH_P_MAC_CONTROL,
+                                                                                OP_PAUSE, quanta)
+    frame = frame.ljust(60, b"\0")
+    out = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    out.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
+    out.bind((sock.getsockname()[0], 0))
+    every = min(1e-3, quanta * quantum_s / 2)
+    go.wait()
+    time.sleep(after_s)
+    stats["storm_start_ns"] = time.monotonic_ns()
+    end = time.monotonic() + duration_s
+    while time.monotonic() < end:
+        out.send(frame)
+        stats["storm_frames"] = stats.get("storm_frames", 0) + 1
+        time.sleep(min(every, max(0.0, end - time.monotonic())))
+    out.send(frame[:16] + b"\0\0" + frame[18:])     # quanta 0: the storm is over
+    stats["storm_end_ns"] = time.monotonic_ns()
+
+
+def handle_one(sock, gate, deadline, quantum_s, stats, classes=range(8)):
     """Wait for one frame or the pause's expiry; returns the new expiry (or None)."""
     timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
     sock.settimeout(timeout)
@@ -190,7 +233,7 @@ def handle_one(sock, gate, deadline, quantum_s, stats):
     arrived = time.monotonic()
     if addr[2] == socket.PACKET_OUTGOING:   # our own kick
         return deadline
-    quanta = pause_quanta(frame)
+    quanta = pause_quanta(frame, classes)
     if quanta is None:
         return deadline
     if quanta == 0:

@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import selectors
+import signal
 import subprocess
 import sys
 import time
@@ -353,7 +354,8 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> 
     if scenario.background:
         background = BackgroundTraffic(scenario, hostconfig.host_popen, _Lines)
         background.start(lab.net)
-    agents = _start_pause_agents(lab.net.hosts, scenario, features)
+    agents = _start_pause_agents(lab, scenario, features)
+    dp.start_flow_control(results.path)
     world_inode = resources.netns_inode(res.world)
     tracer = None
     if scenario.telemetry.enabled:
@@ -368,12 +370,19 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> 
     if fidelity.monitor_binary() is not None and not features.virtual_time:   # BPF: not on ARCH=um
         monitor = fidelity.LinkMonitor(links, skip_first=fidelity.skip_first(dp.port_burst_frames))
         monitor.start()
-    reps = _Repetitions(scenario, dp, lab, wl, progress, background)
+    reps = _Repetitions(scenario, dp, lab, wl, progress, background,
+                        on_t0=lambda: _storm_begins(agents, scenario))
     for rep in range(scenario.workload.repetitions):
         reps.run(rep)
     if background:
         background.stop()
+    pause_ports = dp.stop_flow_control()
+    if pause_ports is not None:
+        results.write_table("pause_ports.parquet", pause_ports)
     pause = _stop_pause_agents(agents, dp) if agents else None
+    for edge in ("storm_start", "storm_end"):   # on the blocks' time axis
+        if pause and f"{edge}_ns" in pause and reps.t0_ns is not None:
+            pause[f"{edge}_us"] = round((pause.pop(f"{edge}_ns") - reps.t0_ns) / 1000, 1)
     health, health_warnings = dp.health(sum(int(q["sent_packets"].sum()) for q in reps.queue_frames))
     monitored = monitor.stop() if monitor else {}
     captured = capture.stop(reps.t0_ns) if capture else None
@@ -393,9 +402,10 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> 
 class _Repetitions:
     """Runs the workload's repetitions, measuring around their measured blocks."""
 
-    def __init__(self, scenario, dp, lab: _Lab, wl, progress, background=None):
+    def __init__(self, scenario, dp, lab: _Lab, wl, progress, background=None, on_t0=None):
         self.scenario, self.dp, self.lab, self.wl, self.progress = scenario, dp, lab, wl, progress
         self.background = background
+        self.on_t0 = on_t0      # called as the first measured block begins
         self.block_rows, self.flow_rows, self.counter_rows, self.queue_frames = [], [], [], []
         self.t0_ns = None
         self.backlog_drops = 0
@@ -412,6 +422,8 @@ class _Repetitions:
             if self.t0_ns is None:
                 self.t0_ns = time.monotonic_ns()
                 self.cpu_before = fidelity.cpu_times()
+                if self.on_t0:
+                    self.on_t0()
             if self.background:
                 self.background.measuring(rep)
 
@@ -441,18 +453,45 @@ class _Repetitions:
                                    "dscp": self.lab.dscps[i], **f})
 
 
-def _start_pause_agents(hosts, scenario, features) -> list:
+def _start_pause_agents(lab: _Lab, scenario, features) -> list:
     """veth ignores PAUSE: with PAUSE on, each host runs an agent that stops its NIC."""
     if not scenario.switch.pause.enabled:
         return []
     agents = []
-    for h in hosts:
+    classes = _host_classes(scenario, lab)
+    storm = scenario.switch.pause.storm
+    for h in lab.net.hosts:
         args = hostconfig.pause_agent_args(h.defaultIntf().name, scenario, features)
+        args += ["--classes", ",".join(map(str, sorted(classes[h.name])))]
+        if storm and storm.host == h.name:
+            args += ["--storm-after-us", str(storm.after), "--storm-us", str(storm.duration),
+                     "--quanta", str(scenario.switch.pause.quanta)]
         agents.append((h, hostconfig.host_popen(h, [sys.executable, str(HOSTS_DIR / "pause_agent.py"), *args],
                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
     for h, a in agents:
         _Lines(a, f"PAUSE agent on {h.name}").expect("READY")
     return agents
+
+
+def _storm_begins(agents, scenario) -> None:
+    """Tell the storming host's agent that the measured blocks begin (its storm starts
+    switch.pause.storm.after later)."""
+    storm = scenario.switch.pause.storm
+    for h, a in agents:
+        if storm and h.name == storm.host:
+            a.send_signal(signal.SIGUSR1)
+
+
+def _host_classes(scenario, lab: _Lab) -> dict[str, set[int]]:
+    """The traffic classes each host sends data in (the servers' DSCPs, background
+    flows'); a host that sends only ACKs and requests sends them in class 0."""
+    table = scenario.switch.qos.dscp_table()
+    classes: dict[str, set[int]] = {h.name: set() for h in lab.net.hosts}
+    for server, dscp in zip(lab.servers, lab.dscps):
+        classes[server.name].add(table[dscp])
+    for f in scenario.background:
+        classes[f.src].add(table[f.dscp])
+    return {name: c or {0} for name, c in classes.items()}
 
 
 def _stop_pause_agents(agents, dp) -> dict:
@@ -467,6 +506,8 @@ def _stop_pause_agents(agents, dp) -> dict:
         pause["pause_frames_received"] += stats["pause_frames"] + stats["resume_frames"]
         pause["reaction_us"] += stats["reaction_us"]
         pause["pause_token_frames"] += stats["drains"]
+        if "storm_frames" in stats:     # times as monotonic ns: the summary makes them relative
+            pause.update({k: stats[k] for k in ("storm_frames", "storm_start_ns", "storm_end_ns") if k in stats})
     pause.update(dp.pause_counters())
     return pause
 

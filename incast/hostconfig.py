@@ -99,17 +99,20 @@ def nic_queue_bytes(mtu: int) -> int:
     return NIC_QUEUE_PACKETS * (mtu + ETH_HLEN + WIRE_OVERHEAD)
 
 
-def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False) -> str:
+def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False, exact_timers: bool = False) -> str:
     """The host NIC: a token bucket at the link rate (tc batch syntax).
 
     TBF rather than HTB because a PAUSE must stop and restart it: changing a TBF
     refills its bucket, while an HTB class keeps the token debt of whatever it sent
-    at the paused rate and would stay silent long after the PAUSE ends."""
+    at the paused rate and would stay silent long after the PAUSE ends. With exact
+    timers (virtual time) the bucket holds one frame: the NIC sends back to back at
+    the link rate and never faster, as a real one does."""
     frame = mtu + ETH_HLEN
     limit = nic_queue_bytes(mtu)
     if paused:   # nothing more leaves (bar the frame already on its way, as on a real NIC)
         return f"qdisc change dev {dev} root handle 1: tbf rate 8bit burst {frame} limit {limit}"
-    burst = frame + min(int(rate * NIC_TIMER_SLACK_US / 8e6), NIC_SLACK_FRAMES_MAX * frame)
+    slack = 0 if exact_timers else min(int(rate * NIC_TIMER_SLACK_US / 8e6), NIC_SLACK_FRAMES_MAX * frame)
+    burst = frame + slack
     return (f"qdisc replace dev {dev} root handle 1: tbf rate {rate}bit burst {burst} "
             f"limit {limit} overhead {WIRE_OVERHEAD}")
 
@@ -128,7 +131,8 @@ def pause_by_plug(scenario, features) -> bool:
 
 def nic_tc_commands(dev: str, scenario, features=None) -> list[str]:
     link = scenario.link
-    cmds = ["tc " + nic_qdisc(dev, link.rate, link.mtu)]
+    exact = bool(features is not None and features.virtual_time)
+    cmds = ["tc " + nic_qdisc(dev, link.rate, link.mtu, exact_timers=exact)]
     if pause_by_plug(scenario, features):
         # A new plug holds everything until told otherwise.
         cmds += [f"tc qdisc replace dev {dev} parent 1:1 handle {PLUG_HANDLE} plug limit {nic_queue_bytes(link.mtu)}",
@@ -151,7 +155,8 @@ def pause_commands(dev: str, scenario, features=None) -> tuple[str, str]:
     if pause_by_plug(scenario, features):
         plug = f"qdisc change dev {dev} parent 1:1 handle {PLUG_HANDLE} plug"
         return f"{plug} block", f"{plug} release_indefinite"
-    resume = nic_qdisc(dev, link.rate, link.mtu).replace("qdisc replace", "qdisc change", 1)
+    exact = bool(features is not None and features.virtual_time)
+    resume = nic_qdisc(dev, link.rate, link.mtu, exact_timers=exact).replace("qdisc replace", "qdisc change", 1)
     return nic_qdisc(dev, link.rate, link.mtu, paused=True), resume
 
 

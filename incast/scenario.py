@@ -188,8 +188,25 @@ class QoS(_Model):
         return [x / total for x in w]
 
 
+class Watchdog(_Model):
+    """A pause watchdog (as SONiC's PFC watchdog): a class queue kept paused longer than
+    ``detect`` is in a storm; it stops obeying pauses and, with action "drop", drops what
+    arrives for it ("forward": sends it anyway), until no pause came for ``restore``."""
+    detect: TimeUs = Field(parse_time_us("20ms"), gt=0, description="paused this long = a storm")
+    restore: TimeUs = Field(parse_time_us("50ms"), gt=0, description="no pause for this long = over")
+    action: Literal["drop", "forward"] = "drop"
+
+
+class Storm(_Model):
+    """A host whose NIC keeps sending PAUSE (a stuck receiver, a broken NIC): from
+    ``after`` (counted from when the run's PAUSE agents start) for ``duration``."""
+    host: str = Field(description="the host that storms, e.g. near1")
+    after: TimeUs = Field(0, description="when the storm begins")
+    duration: TimeUs = Field(parse_time_us("100ms"), gt=0, description="how long it lasts")
+
+
 class Pause(_Model):
-    """802.3x Ethernet flow control by the switch (bmv2 data plane).
+    """802.3x Ethernet flow control by the switch (or 802.1Qbb PFC: pfc = true).
 
     When a port's queues hold more than ``xoff`` bytes, the ports sending into it get
     PAUSE frames; once at ``xon`` or below they get quanta 0. The buffer above XOFF is
@@ -202,6 +219,13 @@ class Pause(_Model):
     xoff: Size | None = None
     xon: Size | None = None
     quanta: int = Field(0xFFFF, ge=1, le=0xFFFF, description="pause quanta sent at XOFF (512 bit times each)")
+    # pfc, interval, watchdog and storm take effect with enabled = true (so that one
+    # --set pause=false compares a scenario with its flow control off).
+    pfc: bool = Field(False, description="per-priority (802.1Qbb): a class queue above its XOFF pauses that class only")
+    interval: TimeUs | None = Field(None, gt=0, description="linux data plane: how often the switches read "
+                                    "their queues (default: one full frame's time at the link rate)")
+    watchdog: Watchdog | None = None
+    storm: Storm | None = None
 
 
 class Switch(_Model):
@@ -214,9 +238,11 @@ class Switch(_Model):
     # instead of queued unmarked (ECN-capable traffic; the rest is dropped there).
     ecn: Size | None = Field(None, description="marking threshold in bytes per class queue; off when unset")
 
-    def pause_thresholds(self, mtu: int, senders: int) -> tuple[int, int]:
-        """(xoff, xon) in bytes of the port's queues, for this many paused senders."""
-        total = self.buffer if self.buffer is not None else self.buffer_packets * (mtu + ETH_HLEN)
+    def pause_thresholds(self, mtu: int, senders: int, total: int | None = None) -> tuple[int, int]:
+        """(xoff, xon) in bytes of the port's queues (or of a queue of `total` bytes: a
+        class under PFC), for this many paused senders."""
+        if total is None:
+            total = self.buffer if self.buffer is not None else self.buffer_packets * (mtu + ETH_HLEN)
         headroom = 2 * (mtu + ETH_HLEN) * senders
         default_xoff = min(total // 2, max(total // 8, total - headroom))
         xoff = self.pause.xoff if self.pause.xoff is not None else default_xoff
@@ -455,6 +481,16 @@ class Scenario(_Model):
         if self.switch.pause.enabled and not plane.pause:
             raise ValueError(f"switch.pause: the {self.dataplane} data plane sends no PAUSE frames "
                              f"(use dataplane {' or '.join(n for n in can if REGISTRY[n].pause)})")
+        pause = self.switch.pause
+        for what, wanted in (("pfc", pause.pfc), ("watchdog", pause.watchdog), ("storm", pause.storm)):
+            if wanted and not plane.pause_rx:
+                raise ValueError(f"switch.pause.{what}: the {self.dataplane} data plane sends 802.3x PAUSE "
+                                 "but obeys none at its ports (use dataplane "
+                                 f"{' or '.join(n for n in can if REGISTRY[n].pause_rx)})")
+        if pause.storm and pause.storm.host not in self.topology.hosts():
+            raise ValueError(f"switch.pause.storm.host: no host {pause.storm.host!r} in this topology")
+        if pause.enabled and self.switch.ecn is not None:
+            raise ValueError("switch.pause with switch.ecn: one at a time (a class queue either marks or pauses)")
         hosts = self.topology.hosts()
         for i, f in enumerate(self.background):
             for end in (f.src, f.dst):
@@ -538,6 +574,7 @@ ALIASES = {
     "pause": "switch.pause.enabled",
     "xoff": "switch.pause.xoff",
     "xon": "switch.pause.xon",
+    "pfc": "switch.pause.pfc",
     "ecn_threshold": "switch.ecn",
     "ecn": "tcp.ecn",
 }
@@ -574,7 +611,10 @@ def resolve_field(name: str) -> str:
 
 
 def _parse_cli_value(text: str):
-    """A command-line value: lists with commas, numbers/bools left to the model's coercion."""
+    """A command-line value: lists with commas, "none" unsets an optional field (e.g.
+    switch.pause.watchdog=none), numbers/bools left to the model's coercion."""
+    if isinstance(text, str) and text.strip().lower() in ("none", "null"):
+        return None
     if isinstance(text, str) and text.startswith("[") and text.endswith("]"):
         inner = text[1:-1].strip()
         return [int(x) if x.strip().lstrip("-").isdigit() else x.strip() for x in inner.split(",") if x.strip()]
@@ -650,8 +690,11 @@ def build(data: dict | None = None, overrides: dict[str, Any] | None = None) -> 
 def to_toml(scenario: Scenario) -> str:
     """The resolved scenario as TOML, in canonical units (bytes, bit/s, µs)."""
     def emit(prefix: str, d: dict, out: list[str]):
-        scalars = {k: v for k, v in d.items() if not isinstance(v, dict)}
+        def table_list(v):
+            return isinstance(v, list) and v and all(isinstance(x, dict) for x in v)
+        scalars = {k: v for k, v in d.items() if not isinstance(v, dict) and not table_list(v)}
         tables = {k: v for k, v in d.items() if isinstance(v, dict) and v and k != "dscp_map"}
+        arrays = {k: v for k, v in d.items() if table_list(v)}
         if prefix:
             out.append(f"\n[{prefix}]")
         for k, v in scalars.items():
@@ -662,6 +705,10 @@ def to_toml(scenario: Scenario) -> str:
             out.append("dscp_map = { " + ", ".join(f"{k} = {v}" for k, v in d["dscp_map"].items()) + " }")
         for k, v in tables.items():
             emit(f"{prefix}.{k}" if prefix else k, v, out)
+        for k, items in arrays.items():     # [[background]]: an array of tables
+            for item in items:
+                out.append(f"\n[[{prefix + '.' + k if prefix else k}]]")
+                out += [f"{ik} = {_toml_value(iv)}" for ik, iv in item.items() if iv is not None]
     out: list[str] = ["# resolved scenario: sizes in bytes, rates in bit/s, times in µs"]
     emit("", scenario.model_dump(), out)
     return "\n".join(out) + "\n"

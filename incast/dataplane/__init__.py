@@ -22,6 +22,7 @@ class Entry:
     cls: str
     help: str
     pause: bool = False             # sends 802.3x PAUSE to the hosts
+    pause_rx: bool = False          # obeys PAUSE/PFC at its ports (trunks, hosts), PFC, pause watchdog
     packet_buffers: bool = True     # switch.buffer_packets (queues limited in packets)
     calibrated: bool = False        # incast calibrate measures it (link.rate auto)
     host_tx_checksum: bool = False  # hosts must complete checksums (a software switch forwards frames as they are)
@@ -34,7 +35,7 @@ class Entry:
 # and the CLI help all read it.
 REGISTRY: dict[str, Entry] = {
     "linux": Entry("incast.dataplane.linux", "LinuxDataPlane", "kernel bridge + tc", calibrated=True,
-                   ecn=True, multi_switch=True),
+                   ecn=True, multi_switch=True, pause=True, pause_rx=True),
     "bmv2": Entry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True,
                   packet_buffers=False, host_tx_checksum=True, telemetry_sampling=True),
 }
@@ -119,8 +120,18 @@ class DataPlane(ABC):
         (name -> text), replayable by hand."""
         return {}
 
+    def start_flow_control(self, run_dir) -> None:
+        """Start what sends and obeys PAUSE at the switches outside the data plane itself
+        (nothing by default: a P4 switch does it in its pipeline)."""
+
+    def stop_flow_control(self) -> pd.DataFrame | None:
+        """Stop it: one row per switch port (pause_sent, xon_sent, pause_received,
+        xon_received, held_ms, watchdog_fired, watchdog_restored), or None."""
+        return None
+
     def pause_counters(self) -> dict:
-        """PAUSE frames and pause time per port, for data planes that send PAUSE."""
+        """PAUSE frames sent by the switches (pause_frames_sent, xon_frames_sent) and
+        whatever else the data plane counts, for data planes that send PAUSE."""
         return {}
 
     def paced_ports(self) -> list[Port]:

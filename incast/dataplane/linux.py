@@ -15,6 +15,11 @@ burst leave at memory speed and the queue would never fill as on a real port.
 """
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pandas as pd
 from mininet.node import Switch
 
@@ -23,6 +28,7 @@ from ..netdev import WIRE_OVERHEAD
 from ..probe import MissingFeature
 from ..scenario import ETH_HLEN
 from ..telemetry import QdiscTracer
+from ..workload import HOSTS_DIR
 from . import DataPlane, port_rate, switch_ports
 
 BURST_FRAMES = 4        # HTB bucket depth, in full frames
@@ -51,18 +57,20 @@ class KernelBridge(Switch):
         super().stop(deleteIntfs)
 
 
-def htb_burst(mtu: int) -> int:
-    return BURST_FRAMES * (mtu + ETH_HLEN)
+def htb_burst(mtu: int, exact_timers: bool = False) -> int:
+    """HTB's bucket: a few frames where timers wake late, one where they are exact
+    (virtual time): the port then never sends faster than its rate."""
+    return (1 if exact_timers else BURST_FRAMES) * (mtu + ETH_HLEN)
 
 
-def port_tc_commands(dev: str, scenario, rate: int | None = None) -> list[str]:
+def port_tc_commands(dev: str, scenario, rate: int | None = None, exact_timers: bool = False) -> list[str]:
     """tc batch lines giving one switch port its shaped, partitioned egress buffer
     (at `rate`, default the link's)."""
     rate = rate or scenario.link.rate
     mtu = scenario.link.mtu
     qos = scenario.switch.qos
     frame = mtu + ETH_HLEN
-    burst = htb_burst(mtu)
+    burst = htb_burst(mtu, exact_timers)
     limits = scenario.switch.class_limits(mtu)
     leaf_kind = "bfifo" if scenario.switch.buffer is not None else "pfifo"
     ecn = scenario.switch.ecn
@@ -72,12 +80,19 @@ def port_tc_commands(dev: str, scenario, rate: int | None = None) -> list[str]:
         f"class replace dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit "
         f"burst {burst} cburst {burst} overhead {WIRE_OVERHEAD} quantum {frame}",
     ]
+    pause = scenario.switch.pause.enabled
     for c, limit in enumerate(limits):
         minor = 0x10 + c
         lines.append(f"class replace dev {dev} parent 1:1 classid 1:{minor:x} htb rate {leaf_rate}bit "
                      f"ceil {rate}bit burst {burst} cburst {burst} overhead {WIRE_OVERHEAD} prio {c} quantum {frame}")
-        lines.append(f"qdisc replace dev {dev} parent 1:{minor:x} handle {minor:x}: "
-                     + (red_marking(limit, ecn, frame) if ecn else f"{leaf_kind} limit {limit}"))
+        leaf = f"qdisc replace dev {dev} parent 1:{minor:x} handle {minor:x}: "
+        if pause:
+            # A byte FIFO that a PAUSE can hold (hosts/switch_pause.py); a new plug
+            # holds from the start, so it is opened at once.
+            lines += [leaf + f"plug limit {limit}",
+                      f"qdisc change dev {dev} parent 1:{minor:x} handle {minor:x}: plug release_indefinite"]
+        else:
+            lines.append(leaf + (red_marking(limit, ecn, frame) if ecn else f"{leaf_kind} limit {limit}"))
     if qos.queues > 1:
         for dscp, c in enumerate(qos.dscp_table()):
             if c:
@@ -99,6 +114,28 @@ def red_marking(limit: int, threshold: int, frame: int) -> str:
             f"probability 1.0 ecn")
 
 
+def flow_control_config(scenario, ports) -> dict:
+    """hosts/switch_pause.py's configuration: the ports, their class queues' limits and
+    XOFF/XON thresholds (each class queue's own: with one class, the port's), the poll
+    interval, the watchdog."""
+    sw, mtu = scenario.switch, scenario.link.mtu
+    pause = sw.pause
+    limits = sw.class_limits(mtu)
+    senders = scenario.topology.senders
+    if len(limits) == 1:
+        thresholds = [sw.pause_thresholds(mtu, senders)]
+    else:
+        thresholds = [sw.pause_thresholds(mtu, senders, total=lim) for lim in limits]
+    interval = pause.interval or (mtu + ETH_HLEN + WIRE_OVERHEAD) * 8 / scenario.link.rate * 1e6
+    wd = pause.watchdog
+    return {"interval_us": interval, "pfc": pause.pfc, "classes": len(limits), "leaf_base": 0x10,
+            "quanta": pause.quanta,
+            "xoff": [x for x, _ in thresholds], "xon": [y for _, y in thresholds],
+            "watchdog": {"detect_us": wd.detect, "restore_us": wd.restore, "action": wd.action} if wd else None,
+            "ports": [{"switch": p.switch, "dev": p.name, "ifindex": p.ifindex, "peer": p.peer,
+                       "rate": port_rate(p, scenario), "limits": limits} for p in ports]}
+
+
 class LinuxDataPlane(DataPlane):
     name = "linux"
     port_burst_frames = BURST_FRAMES
@@ -112,6 +149,10 @@ class LinuxDataPlane(DataPlane):
         if scenario.switch.ecn is not None and not features.qdiscs.get("red"):
             raise MissingFeature("switch.ecn on the linux data plane marks with the red qdisc, which this "
                                  "kernel lacks (CONFIG_NET_SCH_RED); the UML kernels have it: "
+                                 "--clock virtual --kernel stock|hrtimer")
+        if scenario.switch.pause.enabled and not features.qdiscs.get("plug"):
+            raise MissingFeature("switch.pause on the linux data plane holds class queues with the plug qdisc, "
+                                 "which this kernel lacks (CONFIG_NET_SCH_PLUG); the UML kernels have it: "
                                  "--clock virtual --kernel stock|hrtimer")
         if scenario.switch.qos.queues > 1 and not features.u32:
             raise MissingFeature("QoS partitioning needs the tc u32 classifier (CONFIG_NET_CLS_U32)")
@@ -131,7 +172,8 @@ class LinuxDataPlane(DataPlane):
         netdev.offloads_off([p.name for p in self.ports])
         lines = []
         for p in self.ports:
-            lines += port_tc_commands(p.name, self.scenario, port_rate(p, self.scenario))
+            lines += port_tc_commands(p.name, self.scenario, port_rate(p, self.scenario),
+                                      exact_timers=self.features.virtual_time)
         self.tc_script = "\n".join(lines) + "\n"
         netdev.batch("tc", lines)
 
@@ -145,7 +187,7 @@ class LinuxDataPlane(DataPlane):
         for p in self.ports:
             for q in netdev.qdiscs(p.name, stats=True):
                 handle = int(q["handle"].rstrip(":"), 16)
-                if q["kind"] not in ("bfifo", "pfifo", "red") or not 0x10 <= handle < 0x18:
+                if q["kind"] not in ("bfifo", "pfifo", "red", "plug") or not 0x10 <= handle < 0x18:
                     continue
                 c = handle - 0x10
                 rows.append({"switch": p.switch, "port": p.name, "peer": p.peer, "queue": c,
@@ -154,6 +196,48 @@ class LinuxDataPlane(DataPlane):
                              "backlog_bytes": q["backlog"], "backlog_packets": q["qlen"],
                              "limit": limits[c], "limit_unit": unit})
         return pd.DataFrame(rows)
+
+    def start_flow_control(self, run_dir) -> None:
+        if not self.scenario.switch.pause.enabled:
+            return
+        config = Path(run_dir) / "switch_pause.json"
+        config.write_text(json.dumps(flow_control_config(self.scenario, self.ports), indent=1))
+        # Runs in the caller's network namespace: the runner is in the switches' (world).
+        self.flow_control = subprocess.Popen([sys.executable, str(HOSTS_DIR / "switch_pause.py"), str(config)],
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.flow_control.stdout.readline().strip()
+        if line != "READY":
+            self.flow_control.kill()
+            err = self.flow_control.communicate()[1].strip()
+            raise RuntimeError(f"switch PAUSE agent did not start: {err[-1500:] or line or 'no output'}")
+
+    def stop_flow_control(self) -> pd.DataFrame | None:
+        proc, self.flow_control = getattr(self, "flow_control", None), None
+        if proc is None:
+            return None
+        proc.terminate()
+        out, err = proc.communicate(timeout=60)
+        if proc.returncode != 0 or not out.strip():
+            raise RuntimeError(f"switch PAUSE agent failed: {err.strip()[-1500:] or 'no report'}")
+        report = json.loads(out.strip().splitlines()[-1])
+        ports = pd.DataFrame(report.pop("ports"))
+        ports["held_ms"] = ports["held_ms"].map(sum)    # over the port's class queues
+        self.flow_control_report = report
+        self.pause_ports = ports
+        return ports
+
+    def pause_counters(self) -> dict:
+        ports = getattr(self, "pause_ports", None)
+        if ports is None:
+            return {}
+        r = self.flow_control_report
+        return {"pause_frames_sent": int(ports["pause_sent"].sum()), "xon_frames_sent": int(ports["xon_sent"].sum()),
+                "switch_pause_frames_received": int(ports["pause_received"].sum()),
+                "switch_held_ms": round(float(ports["held_ms"].sum()), 3),
+                "watchdog_fired": int(ports["watchdog_fired"].sum()),
+                "watchdog_restored": int(ports["watchdog_restored"].sum()),
+                "switch_pause_polls": r["polls"], "switch_pause_poll_gap_us_p50": r["poll_gap_us_p50"],
+                "switch_pause_poll_gap_us_max": r["poll_gap_us_max"]}
 
     def telemetry(self, run_dir, host_of_ip: dict[str, str], world_inode: int):
         """In virtual time (User-Mode Linux), the queues' statistics sampled every

@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""Ethernet flow control for the linux data plane's switches: 802.3x PAUSE or 802.1Qbb
+PFC, sent and obeyed at every switch port, with a pause watchdog.
+
+A kernel bridge neither sends nor obeys PAUSE, so this agent does both, for every switch
+of the run, from the namespace the switch ports live in:
+
+* Sending. Every ``interval`` it reads the ports' class queues (an RTM_GETQDISC dump,
+  what `tc -s qdisc` reads). A port whose queues hold more than XOFF bytes is
+  congested until they are back at XON (each class queue against its own thresholds,
+  its share of the port's); while any port of a switch is congested, that
+  switch pauses every other of its ports (as the P4 program does): a PAUSE with the
+  configured quanta, refreshed at half its length, and quanta 0 once no port needs it.
+  With PFC each class is its own: class c's queue above its XOFF pauses class c only.
+  Frames bypass the port's queues (PACKET_QDISC_BYPASS), as a MAC sends them ahead of
+  data.
+* Obeying. Each port's class queues are ``plug`` qdiscs: a PAUSE received at a port
+  (from a host or from the switch at the other end of a trunk) holds every class
+  queue of that port for quanta x 512 bit times at the port's rate; a PFC frame holds
+  the classes it enables. The bridge consumes MAC Control frames, so the agent reads
+  them from a packet socket on each port before the bridge sees them.
+* Watchdog (as SONiC's PFC watchdog). A class queue held longer than ``detect`` is in
+  a storm: it stops obeying pauses and, with action "drop", drops what arrives for it
+  (its plug's limit goes to 0) until no pause has been received for ``restore``.
+
+Made for virtual time (User-Mode Linux with time-travel=inf-cpu), where the CPU is
+infinitely fast: the agent reads every queue exactly each interval and reacts in no
+time. On a real clock its reaction is the interval plus its wake-up delay; the report
+gives the intervals achieved.
+
+Config: a JSON file (see incast.dataplane.linux.flow_control_config). Prints READY
+when every socket is open; on SIGINT or SIGTERM, one JSON line of statistics.
+Standard library only.
+"""
+import argparse
+import ctypes
+import json
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+
+ETH_P_ALL = 0x0003
+ETH_P_MAC_CONTROL = 0x8808
+OP_PAUSE, OP_PFC = 0x0001, 0x0101
+PAUSE_DST = bytes.fromhex("0180c2000001")
+SOL_PACKET = 263
+PACKET_QDISC_BYPASS = 20
+PACKET_IGNORE_OUTGOING = 23
+SO_ATTACH_FILTER = 26
+
+RTM_NEWQDISC, RTM_GETQDISC = 36, 38
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
+TCA_STATS_QUEUE = 3
+TCQ_PLUG_BUFFER, TCQ_PLUG_RELEASE_INDEFINITE, TCQ_PLUG_LIMIT = 0, 2, 3
+NLMSGHDR = struct.Struct("=IHHII")
+TCMSG = struct.Struct("=BxxxiIII")
+RTATTR = struct.Struct("=HH")
+QUEUE = struct.Struct("=IIIII")
+PLUG_QOPT = struct.Struct("=iI")            # struct tc_plug_qopt: action, limit
+
+
+def _attributes(data, offset=0):
+    while offset + RTATTR.size <= len(data):
+        length, kind = RTATTR.unpack_from(data, offset)
+        if length < RTATTR.size:
+            return
+        yield kind & 0x3FFF, data[offset + RTATTR.size:offset + length]
+        offset += (length + 3) & ~3
+
+
+def _rtattr(kind, payload):
+    attr = RTATTR.pack(RTATTR.size + len(payload), kind) + payload
+    return attr + b"\0" * (-len(attr) % 4)
+
+
+class Netlink:
+    """Reads qdisc backlogs and changes plug qdiscs over one rtnetlink socket."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+        self.seq = 0
+
+    def backlogs(self):
+        """{(ifindex, handle major): backlog bytes} of every qdisc."""
+        self.seq += 1
+        body = TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
+        self.sock.send(NLMSGHDR.pack(NLMSGHDR.size + len(body), RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP,
+                                     self.seq, 0) + body)
+        out = {}
+        while True:
+            data = self.sock.recv(1 << 20)
+            offset = 0
+            while offset + NLMSGHDR.size <= len(data):
+                length, kind, _, _, _ = NLMSGHDR.unpack_from(data, offset)
+                if kind == NLMSG_DONE:
+                    return out
+                if kind == NLMSG_ERROR:
+                    raise OSError("RTM_GETQDISC dump failed")
+                if kind == RTM_NEWQDISC:
+                    _, ifindex, handle, _, _ = TCMSG.unpack_from(data, offset + NLMSGHDR.size)
+                    for k, v in _attributes(data[offset + NLMSGHDR.size + TCMSG.size:offset + length]):
+                        if k == TCA_STATS2:
+                            for k2, v2 in _attributes(v):
+                                if k2 == TCA_STATS_QUEUE:
+                                    out[(ifindex, handle >> 16)] = QUEUE.unpack_from(v2)[1]
+                offset += (length + 3) & ~3
+
+    def plug(self, ifindex, major, parent_minor, action, limit=0):
+        """`tc qdisc change dev IF parent 1:MINOR handle MAJOR: plug ACTION`."""
+        self.seq += 1
+        body = (TCMSG.pack(socket.AF_UNSPEC, ifindex, major << 16, (1 << 16) | parent_minor, 0)
+                + _rtattr(TCA_KIND, b"plug\0") + _rtattr(TCA_OPTIONS, PLUG_QOPT.pack(action, limit)))
+        self.sock.send(NLMSGHDR.pack(NLMSGHDR.size + len(body), RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK,
+                                     self.seq, 0) + body)
+        while True:
+            data = self.sock.recv(65536)
+            length, kind, _, seq, _ = NLMSGHDR.unpack_from(data)
+            if kind == NLMSG_ERROR and seq == self.seq:
+                err = struct.unpack_from("=i", data, NLMSGHDR.size)[0]
+                if err:
+                    raise OSError(-err, f"plug change on ifindex {ifindex} handle {major:x}:")
+                return
+
+
+def mac_control_filter():
+    """Classic BPF: keep frames whose EtherType is MAC Control (the rest of a port's
+    traffic never reaches user space)."""
+    prog = [(0x28, 0, 0, 12),                     # ldh [12]
+            (0x15, 0, 1, ETH_P_MAC_CONTROL),      # jeq #0x8808, keep, drop
+            (0x06, 0, 0, 0xFFFF),                 # ret #65535
+            (0x06, 0, 0, 0)]                      # ret #0
+    code = b"".join(struct.pack("HBBI", *ins) for ins in prog)
+    buf = ctypes.create_string_buffer(code)
+    return buf, struct.pack("HL", len(prog), ctypes.addressof(buf))
+
+
+class Gate:
+    """One class queue of one port: its plug, held by pauses, watched by the watchdog."""
+
+    def __init__(self, port, cls):
+        self.port, self.cls = port, cls
+        self.until = None          # held until (monotonic s), None when open
+        self.held_since = None
+        self.held_s = 0.0
+        self.storm = False         # the watchdog fired: pauses are ignored
+        self.last_pause = 0.0      # when a pause for this queue last arrived
+
+
+class Port:
+    def __init__(self, cfg, classes):
+        self.switch, self.dev, self.ifindex = cfg["switch"], cfg["dev"], cfg["ifindex"]
+        self.peer = cfg["peer"]
+        self.quantum_s = 512 / cfg["rate"]
+        self.limits = cfg["limits"]
+        self.gates = [Gate(self, c) for c in range(classes)]
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        self._filter = mac_control_filter()
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, self._filter[1])
+        self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        self.sock.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
+        self.sock.bind((self.dev, ETH_P_ALL))
+        self.sock.setblocking(False)
+        self.mac = self.sock.getsockname()[4]
+        # What this port has told its peer: classes held, and when to refresh.
+        self.sent_classes = 0
+        self.refresh_at = 0.0
+        self.stats = {"pause_sent": 0, "xon_sent": 0, "pause_received": 0, "xon_received": 0,
+                      "watchdog_fired": 0, "watchdog_restored": 0}
+
+    def send(self, pfc, hold, release, quanta):
+        """A PAUSE (quanta, or 0 when nothing is held), or a PFC frame that holds the
+        classes in `hold` and releases those in `release`."""
+        if not pfc:
+            body = struct.pack("!HH", OP_PAUSE, quanta if hold else 0)
+        else:
+            body = struct.pack("!HH8H", OP_PFC, hold | release,
+                               *[quanta if hold & (1 << c) else 0 for c in range(8)])
+        self.sock.send((PAUSE_DST + self.mac + struct.pack("!H", ETH_P_MAC_CONTROL) + body).ljust(60, b"\0"))
+
+
+class Agent:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.pfc = cfg["pfc"]
+        self.classes = cfg["classes"]
+        self.leaf_base = cfg["leaf_base"]
+        self.quanta = cfg["quanta"]
+        self.nl = Netlink()
+        self.ports = [Port(p, self.classes) for p in cfg["ports"]]
+        self.by_ifindex = {p.ifindex: p for p in self.ports}
+        self.by_fd = {p.sock.fileno(): p for p in self.ports}
+        self.xoff, self.xon = cfg["xoff"], cfg["xon"]     # per class queue, bytes
+        wd = cfg.get("watchdog")
+        self.detect_s = wd["detect_us"] / 1e6 if wd else None
+        self.restore_s = wd["restore_us"] / 1e6 if wd else None
+        self.drop = bool(wd and wd["action"] == "drop")
+        self.congested = {}        # (ifindex, class) -> above XOFF, not yet back at XON
+        self.polls = 0
+        self.gaps_us = []
+
+    # -- obeying ---------------------------------------------------------------------
+    def receive(self, port, now):
+        while True:
+            try:
+                frame = port.sock.recv(128)
+            except BlockingIOError:
+                return
+            if len(frame) < 18 or frame[:6] != PAUSE_DST:
+                continue
+            opcode = struct.unpack_from("!H", frame, 14)[0]
+            if opcode == OP_PAUSE:
+                quanta = struct.unpack_from("!H", frame, 16)[0]
+                held = {c: quanta for c in range(self.classes)}
+            elif opcode == OP_PFC and len(frame) >= 34:
+                enabled = struct.unpack_from("!H", frame, 16)[0]
+                q = struct.unpack_from("!8H", frame, 18)
+                held = {c: q[c] for c in range(self.classes) if enabled & (1 << c)}
+            else:
+                continue
+            if any(held.values()):
+                port.stats["pause_received"] += 1
+            else:
+                port.stats["xon_received"] += 1
+            for c, quanta in held.items():
+                gate = port.gates[c]
+                gate.last_pause = now
+                if gate.storm:
+                    continue
+                if quanta:
+                    self.hold(gate, now + quanta * port.quantum_s, now)
+                else:
+                    self.release(gate, now)
+
+    def hold(self, gate, until, now):
+        if gate.until is None:
+            self.nl.plug(gate.port.ifindex, self.leaf_base + gate.cls, self.leaf_base + gate.cls, TCQ_PLUG_BUFFER)
+            gate.held_since = now
+        gate.until = until             # a new pause replaces the old timer
+
+    def release(self, gate, now):
+        if gate.until is not None:
+            self.nl.plug(gate.port.ifindex, self.leaf_base + gate.cls, self.leaf_base + gate.cls,
+                         TCQ_PLUG_RELEASE_INDEFINITE)
+            gate.held_s += now - gate.held_since
+            gate.until = gate.held_since = None
+
+    def timers(self, now):
+        """Expire pauses; run the watchdog. Returns the next deadline."""
+        nxt = float("inf")
+        for port in self.ports:
+            for gate in port.gates:
+                if gate.until is not None and now >= gate.until:
+                    self.release(gate, now)
+                if self.detect_s is not None:
+                    if gate.until is not None and now - gate.held_since >= self.detect_s:
+                        self.release(gate, now)
+                        gate.storm = True
+                        port.stats["watchdog_fired"] += 1
+                        if self.drop:
+                            self._limit(gate, 0)
+                    elif gate.storm and now - gate.last_pause >= self.restore_s:
+                        gate.storm = False
+                        port.stats["watchdog_restored"] += 1
+                        if self.drop:
+                            self._limit(gate, port.limits[gate.cls])
+                    if gate.until is not None:
+                        nxt = min(nxt, gate.held_since + self.detect_s)
+                    if gate.storm:
+                        nxt = min(nxt, gate.last_pause + self.restore_s)
+                if gate.until is not None:
+                    nxt = min(nxt, gate.until)
+        return nxt
+
+    def _limit(self, gate, limit):
+        self.nl.plug(gate.port.ifindex, self.leaf_base + gate.cls, self.leaf_base + gate.cls, TCQ_PLUG_LIMIT, limit)
+
+    # -- sending ---------------------------------------------------------------------
+    def poll(self, now):
+        backlog = self.nl.backlogs()
+        # Each class queue has its own XOFF/XON (a partition of the port's buffer): with
+        # 802.3x any congested class pauses the whole port's senders, with PFC its class.
+        for port in self.ports:
+            for c in range(self.classes):
+                b = backlog.get((port.ifindex, self.leaf_base + c), 0)
+                key = (port.ifindex, c)
+                was = self.congested.get(key, False)
+                self.congested[key] = b > self.xoff[c] if not was else b > self.xon[c]
+        every = (1 << self.classes) - 1
+        for port in self.ports:
+            wanted = 0
+            for other in self.ports:
+                if other is port or other.switch != port.switch:
+                    continue
+                for c in range(self.classes):
+                    if self.congested[(other.ifindex, c)]:
+                        wanted |= (1 << c) if self.pfc else every
+            self.tell(port, wanted, now)
+
+    def tell(self, port, wanted, now):
+        """Send what changed (and refresh what still holds) to the port's peer."""
+        released = port.sent_classes & ~wanted
+        if wanted and (wanted != port.sent_classes or now >= port.refresh_at):
+            port.send(self.pfc, wanted, released, self.quanta)   # PFC: one frame does both
+            port.stats["pause_sent"] += 1
+            port.refresh_at = now + self.quanta * port.quantum_s / 2
+        elif released:
+            port.send(self.pfc, 0, released, 0)
+            port.stats["xon_sent"] += 1
+        port.sent_classes = wanted
+
+    # -- the loop --------------------------------------------------------------------
+    def run(self, stop):
+        interval = self.cfg["interval_us"] / 1e6
+        fds = list(self.by_fd)
+        last_poll = None
+        next_poll = time.monotonic()
+        print("READY", flush=True)
+        while not stop:
+            now = time.monotonic()
+            if now >= next_poll:
+                if last_poll is not None:
+                    self.gaps_us.append((now - last_poll) * 1e6)
+                last_poll = now
+                self.poll(now)
+                self.polls += 1
+                next_poll += interval
+                if next_poll < now:
+                    next_poll = now + interval      # behind: no burst of catch-up polls
+            deadline = min(next_poll, self.timers(now))
+            # select: its timeout has microseconds (poll's and epoll's are milliseconds).
+            ready, _, _ = select.select(fds, [], [], max(0.0, deadline - time.monotonic()))
+            now = time.monotonic()
+            for fd in ready:
+                self.receive(self.by_fd[fd], now)
+        now = time.monotonic()
+        for port in self.ports:
+            for gate in port.gates:
+                self.release(gate, now)
+                if gate.storm and self.drop:
+                    self._limit(gate, port.limits[gate.cls])
+
+    def report(self):
+        gaps = sorted(self.gaps_us)
+
+        def pct(p):
+            return round(gaps[min(len(gaps) - 1, int(p / 100 * len(gaps)))], 1) if gaps else None
+
+        return {"polls": self.polls, "poll_gap_us_p50": pct(50), "poll_gap_us_p99": pct(99),
+                "poll_gap_us_max": round(gaps[-1], 1) if gaps else None,
+                "ports": [{"switch": p.switch, "port": p.dev, "peer": p.peer, **p.stats,
+                           "held_ms": [round(g.held_s * 1000, 3) for g in p.gates]} for p in self.ports]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("config", help="JSON file: ports, thresholds, interval, watchdog")
+    cfg = json.load(open(ap.parse_args().config))
+    # Wake on the poll grid (the default timer slack would add up to 50 us).
+    ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)     # PR_SET_TIMERSLACK
+    stop = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda s, f: stop.append(s))
+    agent = Agent(cfg)
+    agent.run(stop)
+    print(json.dumps(agent.report()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
