@@ -188,6 +188,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="image file (default RUN_DIR/queue.png)")
     p.set_defaults(func=lambda a: __import__("incast.plots", fromlist=["cmd_telemetry"]).cmd_telemetry(a))
 
+    p = sub.add_parser("compare", help="bars of summary fields for a few runs side by side")
+    p.add_argument("run_dirs", nargs="+")
+    p.add_argument("--field", action="append", metavar="NAME",
+                   help="summary field (repeatable; default goodput_mbps), e.g. background_mbps")
+    p.add_argument("--label", action="append", metavar="TEXT", help="one per run (default: directory names)")
+    p.add_argument("--title", help="default: the first run's scenario name")
+    p.add_argument("--out", default="compare.png", help="image file (default compare.png)")
+    p.set_defaults(func=lambda a: __import__("incast.plots", fromlist=["cmd_compare"]).cmd_compare(a))
+
     p = sub.add_parser("figure", help="list the papers' figures, or run one and compare it with the paper")
     p.add_argument("name", nargs="?", default="list", help="a figure (incast figure list), or list")
     p.add_argument("--quick", action="store_true", help="a small grid and few blocks (minutes)")

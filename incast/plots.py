@@ -157,3 +157,67 @@ def cmd_telemetry(args) -> int:
         raise ScenarioError(str(e)) from None
     print(out)
     return 0
+
+
+def _scenario_name(run_dir: Path) -> str:
+    import tomllib
+    try:
+        return tomllib.loads((Path(run_dir) / "scenario.toml").read_text()).get("name", "")
+    except (OSError, tomllib.TOMLDecodeError):
+        return ""
+
+
+def plot_compare(run_dirs: list[Path], fields: list[str], out: Path, labels: list[str] | None = None,
+                 title: str | None = None) -> Path:
+    """Bars of summary fields side by side for a few runs (e.g. the same scenario with
+    no flow control, PAUSE and PFC: the incast's and an innocent flow's goodput). A
+    field with a list value (background_mbps: one per flow) gives one bar per item."""
+    labels = labels or [Path(d).name for d in run_dirs]
+    if len(labels) != len(run_dirs):
+        raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs")
+    summaries = []
+    for d in run_dirs:
+        f = Path(d) / "summary.json"
+        if not f.is_file():
+            raise ValueError(f"{d}: not a complete run directory (no summary.json)")
+        summaries.append(json.loads(f.read_text()))
+    series: dict[str, list[float]] = {}
+    for field in fields:
+        if not any(field in s for s in summaries):
+            raise ValueError(f"no run has the summary field {field!r}")
+        width = max(len(s[field]) if isinstance(s.get(field), list) else 1 for s in summaries)
+        for i in range(width):
+            name = field if width == 1 else f"{field}[{i}]"
+            series[name] = [(s.get(field) if not isinstance(s.get(field), list)
+                             else (s[field][i] if i < len(s[field]) else None)) for s in summaries]
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(run_dirs) * max(1, len(series)) / 2, 3.6))
+    x = np.arange(len(run_dirs))
+    w = 0.8 / len(series)
+    for k, (name, values) in enumerate(series.items()):
+        vals = [np.nan if v is None else float(v) for v in values]
+        bars = ax.bar(x + (k - (len(series) - 1) / 2) * w, vals, w, label=name)
+        ax.bar_label(bars, fmt="%.0f", fontsize=8)
+    unfaithful = [lab + " (not faithful)" if not s.get("fidelity", {}).get("ok", True) else lab
+                  for lab, s in zip(labels, summaries)]
+    ax.set_xticks(x, unfaithful)
+    if all(name.split("[")[0].endswith("_mbps") for name in series):
+        ax.set_ylabel("Mbit/s")
+    ax.set_ylim(0, np.nanmax([float(v) for vs in series.values() for v in vs if v is not None] + [1]) * 1.2)
+    ax.legend(fontsize=8, loc="upper left", ncols=len(series))
+    ax.set_title(title if title is not None else _scenario_name(run_dirs[0]), fontsize=9)
+    fig.tight_layout()
+    out = Path(out)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def cmd_compare(args) -> int:
+    from .scenario import ScenarioError
+    try:
+        out = plot_compare([Path(d) for d in args.run_dirs], args.field or ["goodput_mbps"], Path(args.out),
+                           args.label or None, args.title)
+    except ValueError as e:
+        raise ScenarioError(str(e)) from None
+    print(out)
+    return 0

@@ -605,7 +605,12 @@ def resolve_field(name: str) -> str:
         if getattr(ann, "__origin__", None) is dict and i + 1 < len(parts):
             i += 1          # a table by key (tcp.profiles.NAME, tcp.hosts.ROLE): any key
             ann = ann.__args__[1]
-        node = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+        # An optional table (switch.pause.watchdog: Watchdog | None) is walked as the table.
+        models = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            node = ann
+        else:
+            node = models[0] if len(models) == 1 else None
         i += 1
     return path
 

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 
 from conftest import incast_cmd, needs_root
-from incast import labs
+from incast import labs, p4program
 
 LABS = labs.known()
 
@@ -55,3 +55,20 @@ def test_the_reference_solution_passes_its_check(number, tmp_path, no_leftovers)
     wrong[key] = answers[key] * 3 + 7
     problems = labs.check(lab, wrong)
     assert any(p.startswith(key) for p in problems), (key, problems)
+
+
+@needs_root
+@pytest.mark.p4
+def test_the_p4_lab_passes_with_the_program_and_fails_with_the_starter(tmp_path):
+    """Lab 5 compiles the student's program and runs the packet tests against it."""
+    lab = labs.get(5)
+    if lab.needs():
+        pytest.skip("lab 5 needs " + ", ".join(lab.needs()))
+    answers = solver(lab)(tmp_path / "solution")
+    assert labs.check(lab, answers) == []
+    starter = tmp_path / "starter" / "incast.p4"
+    starter.parent.mkdir()
+    starter.write_text(p4program.lab_starter(5))
+    problems = labs.check(lab, {**answers, "program": str(starter)})
+    assert any("still the starter's stubs" in p for p in problems), problems
+    assert any("test_byte_limit_admission" in p for p in problems), problems

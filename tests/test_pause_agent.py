@@ -224,3 +224,20 @@ def test_a_host_that_starts_sending_during_a_pause_stays_silent(pair):
         assert stats["drains"] == 1
     # Nothing during the pause; then at once what waited (the host was sending all along).
     assert pause_s - 0.008 < first - sent_at < pause_s + 0.05, (first - sent_at)
+
+
+def test_a_pfc_frame_stops_a_host_only_for_a_class_it_sends_in():
+    """Frames built with scapy (the definitions the P4 tests use), read by the agent."""
+    import importlib.util
+    from scapy.compat import raw
+    from scapy.contrib.mac_control import MACControlClassBasedFlowControl, MACControlPause
+    from scapy.layers.l2 import Ether
+    spec = importlib.util.spec_from_file_location("pause_agent", REPO / "hosts/pause_agent.py")
+    agent = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent)
+    eth = Ether(dst="01:80:c2:00:00:01", src="02:00:00:00:00:01", type=0x8808)
+    pfc = raw(eth / MACControlClassBasedFlowControl(c0_enabled=0, c1_enabled=1, c1_pause_time=300))
+    assert agent.pause_quanta(pfc, {1}) == 300
+    assert agent.pause_quanta(pfc, {0}) is None          # not this host's class: ignored
+    assert agent.pause_quanta(pfc, {0, 1}) == 300
+    assert agent.pause_quanta(raw(eth / MACControlPause(pause_time=7)), {0}) == 7

@@ -192,3 +192,41 @@ def test_ecn_marking_queue_on_the_linux_plane():
         assert " red limit 65536 min 30000 max 30001 " in ln and ln.endswith("probability 1.0 ecn")
     plain = port_tc_commands("p1", build({}, {"buffer": "128KiB"}))
     assert not any(" red " in ln for ln in plain)
+
+
+def test_flow_control_fields_are_checked_and_unset_by_none():
+    storm = {"switch": {"pause": {"enabled": True, "storm": {"host": "near1", "duration": "60ms"},
+                                  "watchdog": {"detect": "5ms"}}},
+             "topology": {"others": 1}, "background": [{"src": "server1", "dst": "near1"}]}
+    s = build(storm)
+    assert s.switch.pause.storm.duration == 60_000 and s.switch.pause.watchdog.restore == 50_000
+    assert build(storm, {"switch.pause.watchdog": "none"}).switch.pause.watchdog is None
+    with pytest.raises(ScenarioError, match="no host 'near9'"):
+        build(storm, {"switch.pause.storm.host": "near9"})
+    with pytest.raises(ScenarioError, match="switch.pause.watchdog.action"):
+        build(storm, {"switch.pause.watchdog.action": "ignore"})
+    # bmv2 sends PAUSE from its pipeline but cannot hold its own queues for one.
+    with pytest.raises(ScenarioError, match="obeys none at its ports .*dataplane linux"):
+        build({}, {"switch": "bmv2", "pause": "on", "pfc": "on"})
+    with pytest.raises(ScenarioError, match="one at a time"):
+        build({}, {"pause": "on", "switch.ecn": "16KiB"})
+    # Background flows (an array of tables) survive the resolved TOML.
+    import tomllib
+    assert build(tomllib.loads(scn.to_toml(s))) == s
+
+
+def test_flow_control_thresholds_are_each_class_queues():
+    from incast.dataplane import Port
+    from incast.dataplane.linux import flow_control_config, port_tc_commands
+    s = build({"switch": {"buffer": "64KiB", "qos": {"queues": 2}, "pause": {"enabled": True, "pfc": True}}},
+              {"senders": "8"})
+    ports = [Port("s1", "s1-eth1", 1, "client", 5), Port("s1", "s1-eth2", 2, "s2", 6, trunk=True)]
+    cfg = flow_control_config(s, ports)
+    assert cfg["pfc"] and cfg["classes"] == 2 and cfg["ports"][1]["limits"] == [32768, 32768]
+    # A 32 KiB class queue: XOFF leaves two frames per sender of headroom, but is at
+    # least an eighth of it and at most half; XON a quarter of XOFF.
+    assert cfg["xoff"] == [32768 - 2 * 1514 * 8] * 2 and cfg["xon"] == [(32768 - 2 * 1514 * 8) // 4] * 2
+    assert abs(cfg["interval_us"] - 1538 * 8 / 1000) < 1e-9     # one full frame at 1 Gbit/s
+    leaves = [ln for ln in port_tc_commands("p1", s) if "parent 1:1" in ln and "handle 1" in ln]
+    assert any("plug limit 32768" in ln for ln in leaves)
+    assert any("plug release_indefinite" in ln for ln in leaves)

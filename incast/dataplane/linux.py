@@ -5,7 +5,8 @@ Each switch port gets, in the world namespace of the run::
     root htb (rate = link rate)            the port's transmitter
       class 1:1 rate = ceil = link rate
         class 1:1c  prio c, ceil = link    strict priority: class 0 first
-          bfifo limit = buffer share c     the class queue (pfifo for packet buffers)
+          bfifo limit = buffer share c     the class queue (pfifo for packet buffers;
+                                           plug with PAUSE: a byte FIFO a pause can hold)
     u32 filters: DSCP -> class c           the classification rule (k > 1 only)
 
 The bfifo limit counts the bytes of whole frames (Ethernet header included), so a

@@ -27,7 +27,8 @@ def check(answers: dict, lab) -> list[str]:
         problems.append("program: admit() and release() are still the starter's stubs")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_p4_switch.py",
                         "-k", TESTS], cwd=REPO, capture_output=True, text=True,
-                       env={**os.environ, "INCAST_P4_PROGRAM": str(program.resolve())})
+                       env={**os.environ, "INCAST_P4_PROGRAM": str(program.resolve()),
+                            "COLUMNS": "400"})   # the summary lines whole, not cut at 80
     out = r.stdout + r.stderr
     if "p4c failed" in out:
         err = re.search(r"p4c failed on [^:]+: (.*)", out)
