@@ -172,3 +172,22 @@ def test_sweep_writes_a_table_and_a_plot(tmp_path, no_leftovers):
     assert (out / "goodput.png").read_bytes()[:4] == b"\x89PNG"
     assert len(list((out / "runs").iterdir())) == 8
     assert not (tmp_path / ".sw.incomplete").exists()
+
+
+def test_compare_draws_summary_fields_of_runs_and_names_a_missing_field(tmp_path):
+    import json
+    for name, good, bg in (("none", 177.8, [840.8]), ("pfc", 940.7, [470.8])):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "summary.json").write_text(json.dumps({"goodput_mbps": good, "background_mbps": bg,
+                                                    "fidelity": {"ok": True}}))
+        (d / "scenario.toml").write_text('name = "two-switch-pfc"\n')
+    out = tmp_path / "cmp.png"
+    r = incast_cmd("compare", tmp_path / "none", tmp_path / "pfc", "--field", "goodput_mbps",
+                   "--field", "background_mbps", "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = incast_cmd("compare", tmp_path / "none", "--field", "no_such_field", "--out", out)
+    assert r.returncode == 2 and "no_such_field" in r.stderr
+    r = incast_cmd("compare", tmp_path / "none", tmp_path / "missing", "--out", out)
+    assert r.returncode == 2 and "no summary.json" in r.stderr

@@ -33,6 +33,7 @@ from ..workload import HOSTS_DIR
 from . import DataPlane, port_rate, switch_ports
 
 BURST_FRAMES = 4        # HTB bucket depth, in full frames
+EXACT_BURST_FRAMES = 2  # ... where timers are exact (virtual time): one frame of lateness made up
 LEAF_RATE_SHARE = 1e-3  # guaranteed rate of a class; the rest is borrowed in prio order
 
 
@@ -59,9 +60,9 @@ class KernelBridge(Switch):
 
 
 def htb_burst(mtu: int, exact_timers: bool = False) -> int:
-    """HTB's bucket: a few frames where timers wake late, one where they are exact
-    (virtual time): the port then never sends faster than its rate."""
-    return (1 if exact_timers else BURST_FRAMES) * (mtu + ETH_HLEN)
+    """HTB's bucket: a few frames where timers wake late, two where they are exact
+    (virtual time: see hostconfig.nic_qdisc)."""
+    return (EXACT_BURST_FRAMES if exact_timers else BURST_FRAMES) * (mtu + ETH_HLEN)
 
 
 def port_tc_commands(dev: str, scenario, rate: int | None = None, exact_timers: bool = False) -> list[str]:
