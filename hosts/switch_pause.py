@@ -51,26 +51,12 @@ PACKET_QDISC_BYPASS = 20
 PACKET_IGNORE_OUTGOING = 23
 SO_ATTACH_FILTER = 26
 
-RTM_NEWQDISC, RTM_GETQDISC = 36, 38
-NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
-NLMSG_ERROR, NLMSG_DONE = 2, 3
-TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
-TCA_STATS_QUEUE = 3
+from rtnl import NLM_F_REQUEST, NLMSG_ERROR, NLMSGHDR, RTATTR, RTM_NEWQDISC, TCMSG, qdisc_stats  # noqa: E402
+
+NLM_F_ACK = 0x4
+TCA_KIND, TCA_OPTIONS = 1, 2
 TCQ_PLUG_BUFFER, TCQ_PLUG_RELEASE_INDEFINITE, TCQ_PLUG_LIMIT = 0, 2, 3
-NLMSGHDR = struct.Struct("=IHHII")
-TCMSG = struct.Struct("=BxxxiIII")
-RTATTR = struct.Struct("=HH")
-QUEUE = struct.Struct("=IIIII")
 PLUG_QOPT = struct.Struct("=iI")            # struct tc_plug_qopt: action, limit
-
-
-def _attributes(data, offset=0):
-    while offset + RTATTR.size <= len(data):
-        length, kind = RTATTR.unpack_from(data, offset)
-        if length < RTATTR.size:
-            return
-        yield kind & 0x3FFF, data[offset + RTATTR.size:offset + length]
-        offset += (length + 3) & ~3
 
 
 def _rtattr(kind, payload):
@@ -89,27 +75,8 @@ class Netlink:
     def backlogs(self):
         """{(ifindex, handle major): backlog bytes} of every qdisc."""
         self.seq += 1
-        body = TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
-        self.sock.send(NLMSGHDR.pack(NLMSGHDR.size + len(body), RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP,
-                                     self.seq, 0) + body)
-        out = {}
-        while True:
-            data = self.sock.recv(1 << 20)
-            offset = 0
-            while offset + NLMSGHDR.size <= len(data):
-                length, kind, _, _, _ = NLMSGHDR.unpack_from(data, offset)
-                if kind == NLMSG_DONE:
-                    return out
-                if kind == NLMSG_ERROR:
-                    raise OSError("RTM_GETQDISC dump failed")
-                if kind == RTM_NEWQDISC:
-                    _, ifindex, handle, _, _ = TCMSG.unpack_from(data, offset + NLMSGHDR.size)
-                    for k, v in _attributes(data[offset + NLMSGHDR.size + TCMSG.size:offset + length]):
-                        if k == TCA_STATS2:
-                            for k2, v2 in _attributes(v):
-                                if k2 == TCA_STATS_QUEUE:
-                                    out[(ifindex, handle >> 16)] = QUEUE.unpack_from(v2)[1]
-                offset += (length + 3) & ~3
+        return {(ifindex, major): backlog
+                for ifindex, major, _, backlog, _, _ in qdisc_stats(self.sock, self.seq)}
 
     def plug(self, ifindex, major, parent_minor, action, limit=0):
         """`tc qdisc change dev IF parent 1:MINOR handle MAJOR: plug ACTION`."""

@@ -11,6 +11,11 @@ checks the student's own measurements, not numbers copied from somewhere.
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,6 +182,45 @@ def sentence(answers: dict, key: str, words: tuple[str, ...], hint: str, problem
     text = str(answers.get(key, "")).lower()
     if len(text) < 20 or not any(w in text for w in words):
         problems.append(f"{key}: {hint}")
+
+
+def p4_missing() -> list[str]:
+    """What a P4 lab needs that this machine lacks."""
+    from .dataplane.bmv2 import tool
+    return [f"{t} (p4lang's packages; the Vagrant VM has them)" for t in ("p4c-bm2-ss", "simple_switch")
+            if not tool(t) and not shutil.which(t)]
+
+
+def p4_program(answers: dict, lab: int, written: str) -> tuple[Path | None, list[str]]:
+    """The student's program from answers["program"], and whether the lab's parts are
+    still the starter's stubs (`written`: a fragment the real code has)."""
+    program = Path(str(answers.get("program", "")))
+    if not answers.get("program") or not program.is_file():
+        return None, [f"program: {answers.get('program')!r} is not a file; give the path of your incast.p4 "
+                      f"(incast lab starter {lab} DIR writes one)"]
+    text = program.read_text()
+    if f"TODO (lab {lab})" in text and written not in text:
+        return program, [f"program: lab {lab}'s parts are still the starter's stubs"]
+    return program, []
+
+
+def p4_packet_tests(program: Path, tests: str) -> list[str]:
+    """Compile `program` and run the packet tests selected by `tests` (pytest -k) of
+    tests/test_p4_switch.py against it: what fails, in the tests' own words."""
+    repo = LABS_DIR.parent
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_p4_switch.py",
+                        "-k", tests], cwd=repo, capture_output=True, text=True,
+                       env={**os.environ, "INCAST_P4_PROGRAM": str(program.resolve()),
+                            "COLUMNS": "400"})   # the summary lines whole, not cut at 80
+    out = r.stdout + r.stderr
+    if "p4c failed" in out:
+        err = re.search(r"p4c failed on [^:]+: (.*)", out)
+        return [f"program: p4c cannot compile it: {err.group(1)[:300] if err else 'see p4c'}"]
+    problems = [f"program: the packet test {m.group(1)} fails: {(m.group(2) or '')[:200]}"
+                for m in re.finditer(r"FAILED tests/test_p4_switch.py::(\w+)(?: - (.*))?", out)]
+    if r.returncode not in (0, 1) or " skipped" in out and " passed" not in out:
+        problems.append(f"program: the packet tests did not run: {out.strip().splitlines()[-1][:200]}")
+    return problems
 
 
 def solution_main(solve) -> None:

@@ -343,6 +343,13 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
     /* The port is above XOFF: mark it congested; PAUSE is due if no port was, or
      * if the last PAUSE is about to expire. */
     action note_xoff() {
+        /* lab 6 begin: this port (meta.pidx) is above XOFF. Mark it congested
+         * (congested[pidx] = 1, and count it in congested_ports[0] if it was not
+         * already) and decide whether a PAUSE goes out now (meta.send_pause = 1): when
+         * no port was congested before, or when the last PAUSE (it lasts until
+         * pause_all_until[0], in us) expires within cfg[CFG_REFRESH_US]; then it lasts
+         * until now + cfg[CFG_PAUSE_US]. */
+        /* lab 6 stub: meta.send_pause = 0; */
         bit<32> refresh_us;
         bit<32> pause_us;
         bit<1> was_congested;
@@ -359,6 +366,7 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
         congested_ports.write(0, was_congested == 0 ? n + 1 : n);
         pause_all_until.write(0, send ? now + (bit<48>)pause_us : until);
         meta.send_pause = send ? 1w1 : 1w0;
+        /* lab 6 end */
     }
 
     apply {
@@ -553,6 +561,11 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
 
     /* A congested port down to XON; the last one sends XON. */
     action note_departure(bit<32> xon) {
+        /* lab 6 begin: a packet left port meta.pidx, whose queues now hold
+         * meta.port_deq bytes. A congested port at or below XON is congested no more
+         * (congested[pidx], congested_ports[0]); if it was the last congested port,
+         * the paused ports get XON now (meta.send_xon = 1). */
+        /* lab 6 stub: meta.send_xon = 0; */
         bit<1> was_congested;
         bit<32> n;
         congested.read(was_congested, meta.pidx);
@@ -561,6 +574,7 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         congested.write(meta.pidx, fall ? 1w0 : was_congested);
         congested_ports.write(0, fall ? n - 1 : n);
         meta.send_xon = fall && n == 1 ? 1w1 : 1w0;
+        /* lab 6 end */
     }
 
     action note_ingress_wait() {

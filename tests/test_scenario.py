@@ -179,8 +179,7 @@ def test_ecn_marking_threshold_is_checked_against_each_class_queue():
         build({}, {"buffer": "64KiB", "qos_queues": "2", "ecn_threshold": "40KiB"})
     with pytest.raises(ScenarioError, match="needs switch.buffer in bytes"):
         build({}, {"buffer_packets": "40", "ecn_threshold": "10KiB"})
-    with pytest.raises(ScenarioError, match="bmv2 data plane does not mark ECN"):
-        build({}, {"switch": "bmv2", "ecn_threshold": "10KiB"})
+    assert build({}, {"switch": "bmv2", "ecn_threshold": "10KiB"}).switch.ecn == 10 * 1024
 
 
 def test_ecn_marking_queue_on_the_linux_plane():

@@ -32,7 +32,7 @@ def test_scenario_knows_the_topologys_hosts():
     ({"topology": {"others": 1}, "background": [{"src": "near1", "dst": "near1"}]}, "the same host"),
     ({"topology": {"far": 1}}, "for kind two_switch"),
     ({"topology": {"kind": "two_switch", "senders": 2, "far": 3}}, "more than the 2 servers"),
-    ({"topology": {"kind": "two_switch"}, "dataplane": "bmv2"}, "single switch only"),
+    ({"dataplane": "bmv2", "switch": {"pause": {"enabled": True, "pfc": True}}}, "obeys none at its ports"),
 ])
 def test_bad_topologies_and_flows_are_refused(data, message):
     with pytest.raises(ScenarioError, match=message):

@@ -37,7 +37,8 @@ REGISTRY: dict[str, Entry] = {
     "linux": Entry("incast.dataplane.linux", "LinuxDataPlane", "kernel bridge + tc", calibrated=True,
                    ecn=True, multi_switch=True, pause=True, pause_rx=True),
     "bmv2": Entry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True,
-                  packet_buffers=False, host_tx_checksum=True, telemetry_sampling=True),
+                  packet_buffers=False, host_tx_checksum=True, telemetry_sampling=True, ecn=True,
+                  multi_switch=True),
 }
 
 
