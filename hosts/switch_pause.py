@@ -258,15 +258,17 @@ class Agent:
                 key = (port.ifindex, c)
                 was = self.congested.get(key, False)
                 self.congested[key] = b > self.xoff[c] if not was else b > self.xon[c]
+        # Congested ports per (switch, class): a port is asked to pause for a class
+        # when some other port of its switch is congested in it.
+        count = {}
+        for port in self.ports:
+            for c in range(self.classes):
+                count[(port.switch, c)] = count.get((port.switch, c), 0) + self.congested[(port.ifindex, c)]
         every = (1 << self.classes) - 1
         for port in self.ports:
-            wanted = 0
-            for other in self.ports:
-                if other is port or other.switch != port.switch:
-                    continue
-                for c in range(self.classes):
-                    if self.congested[(other.ifindex, c)]:
-                        wanted |= (1 << c) if self.pfc else every
+            classes = [c for c in range(self.classes)
+                       if count[(port.switch, c)] - self.congested[(port.ifindex, c)] > 0]
+            wanted = sum(1 << c for c in classes) if self.pfc else (every if classes else 0)
             self.tell(port, wanted, now)
 
     def tell(self, port, wanted, now):

@@ -43,6 +43,7 @@ from pathlib import Path
 import pandas as pd
 
 from .capture import CAPTURE_DIR, META
+from .results import complete_run
 from .scenario import ScenarioError
 
 CAUSES = ("lost_retransmit", "last_packet", "full_window", "little_feedback", "other")
@@ -368,9 +369,7 @@ def plot(e: Explanation, out: Path, title: str = "") -> Path:
 
 
 def cmd_explain(args) -> int:
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "summary.json").is_file():
-        raise ExplainError(f"{run_dir}: not a finished run directory (no summary.json)")
+    run_dir = complete_run(args.run_dir)
     e = explain(run_dir)
     e.timeouts.to_parquet(run_dir / "timeouts.parquet", index=False)
     png = plot(e, Path(args.out) if args.out else run_dir / "explain.png", title=str(run_dir))

@@ -119,6 +119,11 @@ def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False, exact_timers:
             f"limit {limit} overhead {WIRE_OVERHEAD}")
 
 
+def _exact_timers(features) -> bool:
+    """Timers fire on time (virtual time): the NIC's bucket needs no slack."""
+    return bool(features is not None and features.virtual_time)
+
+
 # The plug qdisc under the NIC's token bucket, where the kernel has it and PAUSE is on.
 PLUG_HANDLE = "10:"
 
@@ -133,8 +138,7 @@ def pause_by_plug(scenario, features) -> bool:
 
 def nic_tc_commands(dev: str, scenario, features=None) -> list[str]:
     link = scenario.link
-    exact = bool(features is not None and features.virtual_time)
-    cmds = ["tc " + nic_qdisc(dev, link.rate, link.mtu, exact_timers=exact)]
+    cmds = ["tc " + nic_qdisc(dev, link.rate, link.mtu, exact_timers=_exact_timers(features))]
     if pause_by_plug(scenario, features):
         # A new plug holds everything until told otherwise.
         cmds += [f"tc qdisc replace dev {dev} parent 1:1 handle {PLUG_HANDLE} plug limit {nic_queue_bytes(link.mtu)}",
@@ -157,8 +161,8 @@ def pause_commands(dev: str, scenario, features=None) -> tuple[str, str]:
     if pause_by_plug(scenario, features):
         plug = f"qdisc change dev {dev} parent 1:1 handle {PLUG_HANDLE} plug"
         return f"{plug} block", f"{plug} release_indefinite"
-    exact = bool(features is not None and features.virtual_time)
-    resume = nic_qdisc(dev, link.rate, link.mtu, exact_timers=exact).replace("qdisc replace", "qdisc change", 1)
+    resume = nic_qdisc(dev, link.rate, link.mtu, exact_timers=_exact_timers(features))
+    resume = resume.replace("qdisc replace", "qdisc change", 1)
     return nic_qdisc(dev, link.rate, link.mtu, paused=True), resume
 
 

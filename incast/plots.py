@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .results import ROW_FIELDS  # noqa: E402
+from .results import ROW_FIELDS, complete_run  # noqa: E402
 
 
 def plot_sweep(table: pd.DataFrame, out: Path, title: str = "", axes: list[str] | None = None) -> Path:
@@ -148,9 +148,7 @@ def plot_queue(run_dir: Path, port: str | None = None, out: Path | None = None) 
 
 def cmd_telemetry(args) -> int:
     from .scenario import ScenarioError
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "summary.json").is_file():
-        raise ScenarioError(f"{run_dir}: not a complete run directory (no summary.json)")
+    run_dir = complete_run(args.run_dir)
     try:
         out = plot_queue(run_dir, args.port, Path(args.out) if args.out else None)
     except (FileNotFoundError, ValueError) as e:
@@ -175,21 +173,19 @@ def plot_compare(run_dirs: list[Path], fields: list[str], out: Path, labels: lis
     labels = labels or [Path(d).name for d in run_dirs]
     if len(labels) != len(run_dirs):
         raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs")
-    summaries = []
-    for d in run_dirs:
-        f = Path(d) / "summary.json"
-        if not f.is_file():
-            raise ValueError(f"{d}: not a complete run directory (no summary.json)")
-        summaries.append(json.loads(f.read_text()))
-    series: dict[str, list[float]] = {}
+    summaries = [json.loads((complete_run(d) / "summary.json").read_text()) for d in run_dirs]
+
+    def as_list(value):         # background_mbps is a list (one per flow), most fields are not
+        return value if isinstance(value, list) else [value]
+
+    series: dict[str, list] = {}
     for field in fields:
         if not any(field in s for s in summaries):
             raise ValueError(f"no run has the summary field {field!r}")
-        width = max(len(s[field]) if isinstance(s.get(field), list) else 1 for s in summaries)
+        values = [as_list(s.get(field)) for s in summaries]
+        width = max(map(len, values))
         for i in range(width):
-            name = field if width == 1 else f"{field}[{i}]"
-            series[name] = [(s.get(field) if not isinstance(s.get(field), list)
-                             else (s[field][i] if i < len(s[field]) else None)) for s in summaries]
+            series[field if width == 1 else f"{field}[{i}]"] = [v[i] if i < len(v) else None for v in values]
     fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(run_dirs) * max(1, len(series)) / 2, 3.6))
     x = np.arange(len(run_dirs))
     w = 0.8 / len(series)

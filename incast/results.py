@@ -184,6 +184,14 @@ def is_complete(run_dir: Path) -> bool:
     return (Path(run_dir) / "summary.json").is_file() and not Path(run_dir).name.endswith(".incomplete")
 
 
+def complete_run(run_dir) -> Path:
+    """run_dir as a Path, or a scenario error (exit 2) if no run finished there."""
+    from .scenario import ScenarioError
+    if not (Path(run_dir) / "summary.json").is_file():
+        raise ScenarioError(f"{run_dir}: not a complete run directory (no summary.json)")
+    return Path(run_dir)
+
+
 def measured_seconds(blocks: pd.DataFrame) -> float:
     """Wall time of the measured blocks: first start to last end, summed over repetitions."""
     spans = blocks.groupby("rep").agg(start=("start_us", "min"), end=("end_us", "max"))

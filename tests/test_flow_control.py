@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import run_json
+from conftest import our_netns, our_state, run_json
 from test_virtual_time import needs
 
 pytestmark = pytest.mark.network
@@ -19,17 +19,28 @@ pytestmark = pytest.mark.network
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 
+def runs_leaving_nothing(root, scenario: str, modes: dict[str, list[str]]) -> dict:
+    """Run the scenario once per mode (its extra flags); every run must leave no
+    namespace or run state behind (the module's runs happen before any test's
+    no_leftovers fixture looks)."""
+    before = our_netns(), our_state()
+    runs = {}
+    try:
+        for mode, extra in modes.items():
+            runs[mode] = run_json(str(SCENARIOS / scenario), *extra, "--out", root / mode)
+            runs[mode]["dir"] = root / mode
+    finally:
+        left = our_netns() - before[0], our_state() - before[1]
+    assert not any(left), f"runs left behind: {left}"
+    return runs
+
+
 @pytest.fixture(scope="module")
 def two_switch(tmp_path_factory):
     """The incast (class 0) and an innocent far1 -> near1 flow (class 1) sharing the
     trunk, with PFC, with 802.3x PAUSE, and with no flow control."""
-    root = tmp_path_factory.mktemp("pfc")
-    runs = {}
-    for mode, extra in (("pfc", []), ("pause", ["--set", "switch.pause.pfc=false"]),
-                        ("none", ["--set", "switch.pause.enabled=false"])):
-        runs[mode] = run_json(str(SCENARIOS / "two-switch-pfc.toml"), *extra, "--out", root / mode)
-        runs[mode]["dir"] = root / mode
-    return runs
+    return runs_leaving_nothing(tmp_path_factory.mktemp("pfc"), "two-switch-pfc.toml", {
+        "pfc": [], "pause": ["--set", "switch.pause.pfc=false"], "none": ["--set", "switch.pause.enabled=false"]})
 
 
 @needs("uml-stock")
@@ -61,11 +72,10 @@ def test_pfc_pauses_only_the_congested_class(two_switch, no_leftovers):
 
 @pytest.fixture(scope="module")
 def storm(tmp_path_factory):
-    root = tmp_path_factory.mktemp("storm")
-    runs = {}
-    for mode, extra in (("watchdog", []), ("none", ["--set", "switch.pause.watchdog=none"])):
-        runs[mode] = run_json(str(SCENARIOS / "pause-storm.toml"), *extra, "--out", root / mode)
-        runs[mode]["blocks"] = pd.read_parquet(root / mode / "blocks.parquet")
+    runs = runs_leaving_nothing(tmp_path_factory.mktemp("storm"), "pause-storm.toml", {
+        "watchdog": [], "none": ["--set", "switch.pause.watchdog=none"]})
+    for run in runs.values():
+        run["blocks"] = pd.read_parquet(run["dir"] / "blocks.parquet")
     return runs
 
 

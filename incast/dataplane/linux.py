@@ -141,6 +141,9 @@ def flow_control_config(scenario, ports) -> dict:
 class LinuxDataPlane(DataPlane):
     name = "linux"
     port_burst_frames = BURST_FRAMES
+    flow_control: subprocess.Popen | None = None   # hosts/switch_pause.py, while it runs
+    pause_ports: pd.DataFrame | None = None        # its report: one row per port
+    flow_control_report: dict | None = None        # ... and its poll statistics
 
     @classmethod
     def require(cls, features, scenario) -> list[str]:
@@ -214,7 +217,7 @@ class LinuxDataPlane(DataPlane):
             raise RuntimeError(f"switch PAUSE agent did not start: {err[-1500:] or line or 'no output'}")
 
     def stop_flow_control(self) -> pd.DataFrame | None:
-        proc, self.flow_control = getattr(self, "flow_control", None), None
+        proc, self.flow_control = self.flow_control, None
         if proc is None:
             return None
         proc.terminate()
@@ -229,7 +232,7 @@ class LinuxDataPlane(DataPlane):
         return ports
 
     def pause_counters(self) -> dict:
-        ports = getattr(self, "pause_ports", None)
+        ports = self.pause_ports
         if ports is None:
             return {}
         r = self.flow_control_report
