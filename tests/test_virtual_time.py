@@ -71,15 +71,16 @@ def test_rerun_without_drops_repeats_every_block_time(tmp_path, no_leftovers):
 def test_rerun_with_drops_repeats_the_statistics(tmp_path, no_leftovers):
     """Where the switch drops, a shift of a few clock reads can decide which of two
     packets meets the full queue, and a rerun may follow another trajectory (measured,
-    16 servers, six runs: drops 1544-1559, goodput 287.7-362.4 Mbit/s: 12-15 timeouts
+    16 servers, eight runs: drops 1526-1610, goodput 287.7-362.4 Mbit/s: 12-15 timeouts
     of the 4 ms floor, each 4 ms of a ~250 ms run, land in different blocks). What
-    repeats closely is the drop count; the goodput only to a few timeouts. (With 8
-    servers the scenario sits at a tipping point: 282.5 and 419.8 Mbit/s.)"""
+    repeats is the scenario's statistics: the drop count to a few percent, the goodput
+    only to a few timeouts. (With 8 servers the scenario sits at a tipping point: 282.5
+    and 419.8 Mbit/s.)"""
     args = [*BASE, "--kernel", "stock", "--senders", "16", "--rto-min", "min", "--seed", "7"]
     a = run_json(*args, "--out", tmp_path / "a")
     b = run_json(*args, "--out", tmp_path / "b")
     assert a["drops"] > 100 and b["drops"] > 100
-    assert abs(a["drops"] - b["drops"]) < 0.05 * a["drops"], (a["drops"], b["drops"])
+    assert abs(a["drops"] - b["drops"]) < 0.1 * a["drops"], (a["drops"], b["drops"])
     assert abs(a["goodput_mbps"] - b["goodput_mbps"]) < 0.3 * a["goodput_mbps"], (a, b)
 
 
