@@ -190,12 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="image file (default RUN_DIR/queue.png)")
     p.set_defaults(func=lambda a: __import__("incast.plots", fromlist=["cmd_telemetry"]).cmd_telemetry(a))
 
-    p = sub.add_parser("compare", help="bars of summary fields for a few runs side by side")
+    p = sub.add_parser("compare", help="bars of summary fields for a few runs side by side (--blocks: their block times)")
     p.add_argument("run_dirs", nargs="+")
     p.add_argument("--field", action="append", metavar="NAME",
                    help="summary field (repeatable; default goodput_mbps), e.g. background_mbps")
     p.add_argument("--label", action="append", metavar="TEXT", help="one per run (default: directory names)")
     p.add_argument("--title", help="default: the first run's scenario name")
+    p.add_argument("--blocks", action="store_true",
+                   help="instead of bars: each run's block durations over time (stalls, a pause storm's window)")
     p.add_argument("--out", default="compare.png", help="image file (default compare.png)")
     p.set_defaults(func=lambda a: __import__("incast.plots", fromlist=["cmd_compare"]).cmd_compare(a))
 

@@ -209,11 +209,56 @@ def plot_compare(run_dirs: list[Path], fields: list[str], out: Path, labels: lis
     return out
 
 
+def plot_block_times(run_dirs: list[Path], out: Path, labels: list[str] | None = None,
+                     title: str | None = None) -> Path:
+    """Each run's block durations against the time the block started, one panel per
+    run: where the stalls are (a timeout's block stands out; a pause storm's window,
+    from the summary's storm_start_us/storm_end_us, is shaded)."""
+    labels = labels or [Path(d).name for d in run_dirs]
+    if len(labels) != len(run_dirs):
+        raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs")
+    runs = [complete_run(d) for d in run_dirs]
+    fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False, figsize=(7, 1.2 + 1.5 * len(runs)))
+    top = 0.0
+    for ax, run, label in zip(axes[:, 0], runs, labels):
+        summary = json.loads((run / "summary.json").read_text())
+        blocks = pd.read_parquet(run / "blocks.parquet")
+        b = blocks[blocks["rep"] == blocks["rep"].min()]
+        ax.bar(b["start_us"] / 1e3, b["duration_ms"], width=b["duration_ms"], align="edge",
+               color="tab:blue", edgecolor="white", linewidth=0.3)
+        if "storm_start_us" in summary:
+            ax.axvspan(summary["storm_start_us"] / 1e3, summary["storm_end_us"] / 1e3, color="tab:red",
+                       alpha=0.15, label="pause storm")
+            ax.legend(fontsize=8, loc="upper right")
+        longest = b["duration_ms"].max()
+        top = max(top, longest)
+        faithful = "" if summary.get("fidelity", {}).get("ok", True) else ", not faithful"
+        ax.set_title(f"{label}: {summary.get('goodput_mbps', float('nan')):.1f} Mbit/s, "
+                     f"longest block {longest:.1f} ms{faithful}", fontsize=9, loc="left")
+        ax.set_ylabel("block (ms)")
+    for ax in axes[:, 0]:
+        ax.set_ylim(0, top * 1.15)
+    axes[-1, 0].set_xlabel("time since the first measured block (ms)")
+    title = title if title is not None else _scenario_name(run_dirs[0])
+    if title:
+        fig.suptitle("\n".join(textwrap.wrap(title, 80)), fontsize=10)
+    fig.tight_layout()
+    out = Path(out)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
 def cmd_compare(args) -> int:
     from .scenario import ScenarioError
     try:
-        out = plot_compare([Path(d) for d in args.run_dirs], args.field or ["goodput_mbps"], Path(args.out),
-                           args.label or None, args.title)
+        if args.blocks:
+            if args.field:
+                raise ValueError("--blocks draws block times; it takes no --field")
+            out = plot_block_times([Path(d) for d in args.run_dirs], Path(args.out), args.label or None, args.title)
+        else:
+            out = plot_compare([Path(d) for d in args.run_dirs], args.field or ["goodput_mbps"], Path(args.out),
+                               args.label or None, args.title)
     except ValueError as e:
         raise ScenarioError(str(e)) from None
     print(out)

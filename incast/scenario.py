@@ -63,19 +63,27 @@ def _topologies():
     return known()
 
 
+# Topologies with a second switch for far servers and far hosts (topologies/*.py).
+TWO_SIDED = ("two_switch", "leaf_spine")
+
+
 class Topology(_Model):
     """Which Mininet topology (a file in topologies/) and how many servers answer."""
     kind: Annotated[str, _registered("topology", _topologies)] = "star"   # topologies/<kind>.py
     senders: int = Field(1, ge=1, le=256, description="servers answering each block")
-    far: int | None = Field(None, ge=0, le=256, description="two_switch: servers on the second switch (default half)")
+    far: int | None = Field(None, ge=0, le=256,
+                            description="two_switch, leaf_spine: servers on the second switch (default half)")
     others: int = Field(0, ge=0, le=64, description="extra hosts per switch (near1.., far1..) for background traffic")
     trunk_rate: Rate | None = Field(
         None, description="rate of links between switches (default link.rate)")
+    spines: int | None = Field(None, ge=1, le=4, description="leaf_spine: spine switches (default 2)")
 
     @model_validator(mode="after")
     def _fits_the_kind(self):
-        if self.kind != "two_switch" and (self.far is not None or self.trunk_rate is not None):
-            raise ValueError(f"topology.far and trunk_rate are for kind two_switch, not {self.kind}")
+        if self.kind not in TWO_SIDED and (self.far is not None or self.trunk_rate is not None):
+            raise ValueError(f"topology.far and trunk_rate are for kinds {' and '.join(TWO_SIDED)}, not {self.kind}")
+        if self.kind != "leaf_spine" and self.spines is not None:
+            raise ValueError(f"topology.spines is for kind leaf_spine, not {self.kind}")
         if self.far is not None and self.far > self.senders:
             raise ValueError(f"topology.far ({self.far}) is more than the {self.senders} servers")
         return self
@@ -85,12 +93,14 @@ class Topology(_Model):
         p = {"others": self.others}
         if self.far is not None:
             p["far"] = self.far
+        if self.spines is not None:
+            p["spines"] = self.spines
         return p
 
     def hosts(self) -> list[str]:
         """Every host name the topology will have (without building it)."""
         names = ["client"] + [f"server{i}" for i in range(1, self.senders + 1)]
-        sides = ("near", "far") if self.kind == "two_switch" else ("near",)
+        sides = ("near", "far") if self.kind in TWO_SIDED else ("near",)
         return names + [f"{side}{i}" for side in sides for i in range(1, self.others + 1)]
 
 

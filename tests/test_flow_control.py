@@ -1,7 +1,7 @@
 """Ethernet flow control on the linux data plane across switches, in virtual time:
 PAUSE's head-of-line blocking of an innocent flow (FAST'08 §6), PFC removing it, and a
 pause storm caught by the watchdog. The runs are the scenarios users run
-(scenarios/two-switch-pfc.toml, pause-storm.toml), with the comparisons their comments
+(scenarios/two-switch-pfc.toml, leaf-spine-pfc.toml, pause-storm.toml), with the comparisons their comments
 name. They skip where the UML kernels are not built (the host kernel has no plug qdisc
 to hold a switch queue with)."""
 from __future__ import annotations
@@ -68,6 +68,28 @@ def test_pfc_pauses_only_the_congested_class(two_switch, no_leftovers):
     assert innocent_pfc > 2 * innocent_pause, (innocent_pfc, innocent_pause)   # measured 470.8 vs 133.9
     # ... and the incast lost nothing by it (measured 940.7 vs 845.9 Mbit/s).
     assert pfc["goodput_mbps"] >= 0.95 * pause["goodput_mbps"], (pfc["goodput_mbps"], pause["goodput_mbps"])
+
+
+@pytest.fixture(scope="module")
+def leaf_spine(tmp_path_factory):
+    """The incast climbs through spine s3, the innocent flow through s4: disjoint paths
+    between the leaves, with 802.3x PAUSE and with PFC."""
+    return runs_leaving_nothing(tmp_path_factory.mktemp("leafspine"), "leaf-spine-pfc.toml", {
+        "pfc": [], "pause": ["--set", "switch.pause.pfc=false"]})
+
+
+@needs("uml-stock")
+def test_pause_spreads_through_a_spine_the_incast_never_used(leaf_spine, no_leftovers):
+    pause, pfc = leaf_spine["pause"], leaf_spine["pfc"]
+    assert pause["drops"] == 0 and pfc["drops"] == 0, (pause["drops"], pfc["drops"])
+    ports = pd.read_parquet(pause["dir"] / "pause_ports.parquet")
+    at = ports.set_index(["switch", "peer"])
+    # s1's client port paused both uplinks; s4 (the innocent flow's spine) filled and
+    # paused leaf s2 in turn (measured: held 114.7 ms at s4, 181.2 ms at s2's uplink).
+    assert at.loc[("s4", "s1"), "held_ms"] > 1 and at.loc[("s4", "s2"), "pause_received"] > 0, at
+    (innocent_pause,), (innocent_pfc,) = pause["background_mbps"], pfc["background_mbps"]
+    # measured: 157.7 with PAUSE, 941.6 with PFC (the payload limit: untouched)
+    assert innocent_pause < 0.5 * innocent_pfc and innocent_pfc > 0.9 * 941, (innocent_pause, innocent_pfc)
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,8 @@ def test_scenario_knows_the_topologys_hosts():
 @pytest.mark.parametrize("data, message", [
     ({"background": [{"src": "far1", "dst": "client"}]}, "no host 'far1'"),
     ({"topology": {"others": 1}, "background": [{"src": "near1", "dst": "near1"}]}, "the same host"),
-    ({"topology": {"far": 1}}, "for kind two_switch"),
+    ({"topology": {"far": 1}}, "for kinds two_switch and leaf_spine"),
+    ({"topology": {"kind": "two_switch", "spines": 2}}, "for kind leaf_spine"),
     ({"topology": {"kind": "two_switch", "senders": 2, "far": 3}}, "more than the 2 servers"),
     ({"dataplane": "bmv2", "switch": {"pause": {"enabled": True, "pfc": True}}}, "obeys none at its ports"),
 ])
@@ -59,14 +60,86 @@ def test_two_switches_forward_and_an_innocent_flow_is_measured(tmp_path, no_left
     assert len(trunk) == 2 and all(" rate 50000000bit " in ln for ln in trunk), trunk
 
 
-def test_bmv2_forwards_to_hosts_behind_other_switches():
+def test_forwarding_reaches_hosts_behind_other_switches():
     from incast.dataplane import Port
-    from incast.dataplane.bmv2 import first_hop_ports
+    from incast.dataplane.forwarding import flood_ports, next_hops
     ports = [Port("s1", "s1-eth1", 1, "client", 11), Port("s1", "s1-eth2", 2, "server1", 12),
              Port("s1", "s1-eth3", 3, "s2", 13, trunk=True),
              Port("s2", "s2-eth1", 1, "server2", 21), Port("s2", "s2-eth2", 2, "s1", 22, trunk=True),
              Port("s2", "s2-eth3", 3, "s3", 23, trunk=True),
              Port("s3", "s3-eth1", 1, "server3", 31), Port("s3", "s3-eth2", 2, "s2", 32, trunk=True)]
-    assert first_hop_ports(ports, "s1") == {"client": 1, "server1": 2, "server2": 3, "server3": 3}
-    assert first_hop_ports(ports, "s2") == {"client": 2, "server1": 2, "server2": 1, "server3": 3}
-    assert first_hop_ports(ports, "s3") == {"client": 2, "server1": 2, "server2": 2, "server3": 1}
+    hops = next_hops(ports, ["client", "server1", "server2", "server3"])
+    assert hops["s1"] == {"client": 1, "server1": 2, "server2": 3, "server3": 3}
+    assert hops["s2"] == {"client": 2, "server1": 2, "server2": 1, "server3": 3}
+    assert hops["s3"] == {"client": 2, "server1": 2, "server2": 2, "server3": 1}
+    assert flood_ports(ports) == {"s1": {1, 2, 3}, "s2": {1, 2, 3}, "s3": {1, 2}}   # a tree: every trunk
+
+
+def _ports_of(topo) -> list:
+    """The Port list a started network would give, from the Topo alone (Mininet numbers
+    a node's ports in the order its links were added)."""
+    from incast.dataplane import Port
+    switches, number, ports = set(topo.switches()), {}, []
+    for a, b in topo.links(sort=False):
+        for node, peer in ((a, b), (b, a)):
+            if node in switches:
+                number[node] = number.get(node, 0) + 1
+                ports.append(Port(node, f"{node}-eth{number[node]}", number[node], peer, 0, trunk=peer in switches))
+    return ports
+
+
+def test_leaf_spine_is_a_plain_mininet_topo():
+    t = topology.load("leaf_spine", 4, others=1, spines=2)
+    assert set(t.switches()) == {"s1", "s2", "s3", "s4"}
+    links = {frozenset(link) for link in t.links()}
+    assert {frozenset({leaf, spine}) for leaf in ("s1", "s2") for spine in ("s3", "s4")} <= links
+    assert frozenset({"s1", "s2"}) not in links                 # leaves meet only through spines
+    assert frozenset({"server3", "s2"}) in links and frozenset({"server2", "s1"}) in links
+    assert len(set(topology.load("leaf_spine", 4, spines=1).switches())) == 3
+
+
+def test_two_spines_split_destinations_and_floods_follow_one_tree():
+    t = topology.load("leaf_spine", 4, others=1, spines=2)
+    from incast.dataplane.forwarding import flood_ports, next_hops
+    ports = _ports_of(t)
+    hops = next_hops(ports, t.hosts(sort=False))
+    port = {(p.switch, p.number): p for p in ports}
+    spine_of = {h: port["s2", n].peer for h, n in hops["s2"].items() if port["s2", n].trunk}
+    # Toward leaf s1's hosts, s2 alternates spines by host: both spines carry traffic.
+    assert spine_of["client"] != spine_of["server1"] and set(spine_of.values()) == {"s3", "s4"}
+    for spine in ("s3", "s4"):     # a spine sends each host down to its own leaf
+        assert {port[spine, n].peer for h, n in hops[spine].items() if h in ("client", "near1")} == {"s1"}
+    # Floods: one spanning tree (3 trunks of 4); every host port floods.
+    flood = flood_ports(ports)
+    assert sum(port[sw, n].trunk for sw, ns in flood.items() for n in ns) == 2 * 3
+    assert all(p.number in flood[p.switch] for p in ports if not p.trunk)
+
+
+def test_kernel_bridges_get_static_paths_and_no_loop():
+    from incast.dataplane.linux import forwarding_commands
+    t = topology.load("leaf_spine", 2, spines=2)
+    ports = _ports_of(t)
+    macs = {h: f"02:00:00:00:00:{i:02x}" for i, h in enumerate(t.hosts(sort=False))}
+    lines = forwarding_commands(ports, macs)
+    off_tree = [ln for ln in lines if "bcast_flood off" in ln]
+    assert len(off_tree) == 2           # one leaf-spine link (two ends) carries no floods
+    trunk_names = {p.name for p in ports if p.trunk}
+    assert sum(ln.endswith("learning off") for ln in lines) == len(trunk_names) == 8
+    fdb = [ln for ln in lines if ln.startswith("fdb replace")]
+    assert len(fdb) == 4 * len(macs)    # every host on every switch
+
+
+@needs_root
+@pytest.mark.network
+def test_leaf_spine_forwards_over_both_spines(tmp_path, no_leftovers):
+    """Two spines close a loop between the leaves: floods take one tree, and each
+    destination host its own spine (the client's traffic s3, near1's s4)."""
+    s = run_json("scenarios/leaf-spine.toml", "--blocks", "10", "--out", tmp_path / "r")
+    assert len(pd.read_parquet(tmp_path / "r" / "blocks.parquet")) == 10 and s["goodput_mbps"] > 0
+    bg = pd.read_parquet(tmp_path / "r" / "background.parquet")
+    q = pd.read_parquet(tmp_path / "r" / "queues.parquet").groupby(["switch", "peer"])["sent_bytes"].sum()
+    far_data = 4 * 10 * 32 * 1024                   # server5-8's answers, at least
+    assert q["s3", "s1"] >= far_data and q["s4", "s1"] >= bg["bytes"].iloc[0], q
+    # The innocent flow stays off s3 (its bytes would double s3's).
+    assert q["s3", "s1"] < far_data + bg["bytes"].iloc[0] / 2, q
+    assert bg["goodput_mbps"].iloc[0] > 1, bg

@@ -35,6 +35,7 @@ from ..probe import MissingFeature
 from ..scenario import ETH_HLEN
 from ..telemetry import TelemetryResult, build_table, empty_table, flow_labels
 from . import DataPlane, Port, port_rate, switch_ports
+from .forwarding import flood_ports, next_hops
 
 REPO = Path(__file__).resolve().parents[2]
 P4_SOURCE = p4program.SOURCE
@@ -188,31 +189,6 @@ def mac_int(mac: str) -> int:
     return int(mac.replace(":", ""), 16)
 
 
-def first_hop_ports(ports: list[Port], switch: str) -> dict[str, int]:
-    """Host name -> the port of `switch` that leads to it: its own port for a host
-    attached there, else the trunk toward the switch that has it (breadth first over
-    the switches; the topologies are trees, so the path is unique)."""
-    by_switch: dict[str, list[Port]] = {}
-    for p in ports:
-        by_switch.setdefault(p.switch, []).append(p)
-    out: dict[str, int] = {}
-    seen = {switch}
-    frontier = [(switch, None)]        # (a switch, the port of `switch` that reaches it)
-    while frontier:
-        nxt = []
-        for sw, via in frontier:
-            for p in by_switch.get(sw, []):
-                first = via if via is not None else p.number
-                if p.trunk:
-                    if p.peer not in seen:
-                        seen.add(p.peer)
-                        nxt.append((p.peer, first))
-                else:
-                    out.setdefault(p.peer, first)
-        frontier = nxt
-    return out
-
-
 class Bmv2DataPlane(DataPlane):
     name = "bmv2"
 
@@ -240,7 +216,7 @@ class Bmv2DataPlane(DataPlane):
                                  log_dir=dp.log_dir, **params)
         return _Switch
 
-    def commands(self, sw: Bmv2Switch, net, client: str) -> list[str]:
+    def commands(self, sw: Bmv2Switch, net, client: str, hosts: list[str]) -> list[str]:
         s = self.scenario
         mtu = s.link.mtu
         limits = s.switch.class_limits(mtu)
@@ -262,14 +238,16 @@ class Bmv2DataPlane(DataPlane):
                 cmds.append(f"register_write limit_bytes {p.number * 8 + c} {limit}")
         for prio in range(PRIORITY_QUEUES):
             cmds.append(f"set_queue_depth 16384 {TELEMETRY_PORT} {prio}")
-        toward = first_hop_ports(self.ports, sw.name)
+        toward = next_hops(self.ports, hosts)[sw.name]
         for h in net.hosts:
             if h.name in toward:
                 cmds.append(f"table_add IncastIngress.l2_forward IncastIngress.set_egress {h.MAC()} => "
                             f"{toward[h.name]}")
         ports = " ".join(map(str, numbers))
-        # Group 1 floods (ARP); group 2 carries PAUSE and XON frames to every host port.
-        cmds += ["mc_mgrp_create 1", f"mc_node_create 0 {ports}", "mc_node_associate 1 0",
+        flood = " ".join(map(str, sorted(flood_ports(self.ports)[sw.name])))
+        # Group 1 floods (ARP) over the spanning tree; group 2 carries PAUSE and XON
+        # frames to every port (hosts and trunks: switches pause each other).
+        cmds += ["mc_mgrp_create 1", f"mc_node_create 0 {flood}", "mc_node_associate 1 0",
                  "mc_mgrp_create 2", f"mc_node_create 1 {ports}", "mc_node_associate 2 1",
                  f"mirroring_add_mc {PAUSE_MC_SESSION} 2"]
         for dscp, c in enumerate(s.switch.qos.dscp_table()):
@@ -300,7 +278,7 @@ class Bmv2DataPlane(DataPlane):
         scripts = []
         client = getattr(topo, "client", None)
         for sw in self.switches:
-            cmds = self.commands(sw, net, client)
+            cmds = self.commands(sw, net, client, topo.hosts(sort=False))
             sw.cli(cmds)
             scripts.append(f"# {sw.name} (thrift port {sw.thrift_port})\n" + "\n".join(cmds))
         self.cli_script = "\n".join(scripts) + "\n"

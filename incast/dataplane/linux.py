@@ -30,7 +30,8 @@ from ..probe import MissingFeature
 from ..scenario import ETH_HLEN
 from ..telemetry import QdiscTracer
 from ..workload import HOSTS_DIR
-from . import DataPlane, port_rate, switch_ports
+from . import DataPlane, Port, port_rate, switch_ports
+from .forwarding import flood_ports, next_hops
 
 BURST_FRAMES = 4        # HTB bucket depth, in full frames
 EXACT_BURST_FRAMES = 2  # ... where timers are exact (virtual time): one frame of lateness made up
@@ -116,6 +117,25 @@ def red_marking(limit: int, threshold: int, frame: int) -> str:
             f"probability 1.0 ecn")
 
 
+def forwarding_commands(ports: list[Port], macs: dict[str, str]) -> list[str]:
+    """bridge batch lines making the kernel bridges forward as the topology says
+    (dataplane.forwarding): a static FDB entry for every host on every switch, no
+    learning on trunks (a host's frames may arrive over a trunk its replies do not take),
+    and no floods on trunks off the spanning tree. `macs`: host -> MAC, in topology order."""
+    by_number = {(p.switch, p.number): p.name for p in ports}
+    tree = flood_ports(ports)
+    lines = []
+    for p in ports:
+        if p.trunk:
+            lines.append(f"link set dev {p.name} learning off")
+            if p.number not in tree[p.switch]:
+                lines.append(f"link set dev {p.name} flood off mcast_flood off bcast_flood off")
+    for sw, table in next_hops(ports, list(macs)).items():
+        for host, number in table.items():
+            lines.append(f"fdb replace {macs[host]} dev {by_number[sw, number]} master static")
+    return lines
+
+
 def flow_control_config(scenario, ports) -> dict:
     """hosts/switch_pause.py's configuration: the ports, their class queues' limits and
     XOFF/XON thresholds (each class queue's own: with one class, the port's), the poll
@@ -175,6 +195,8 @@ class LinuxDataPlane(DataPlane):
     def configure(self, net, topo) -> None:
         self.ports = switch_ports(net)
         netdev.offloads_off([p.name for p in self.ports])
+        self.bridge_script = "\n".join(forwarding_commands(self.ports, {h: net[h].MAC() for h in topo.hosts(sort=False)})) + "\n"
+        netdev.batch("bridge", self.bridge_script.splitlines())
         lines = []
         for p in self.ports:
             lines += port_tc_commands(p.name, self.scenario, port_rate(p, self.scenario),
@@ -183,7 +205,7 @@ class LinuxDataPlane(DataPlane):
         netdev.batch("tc", lines)
 
     def artifacts(self) -> dict[str, str]:
-        return {"switch.tc": self.tc_script} if self.ports else {}
+        return {"switch.tc": self.tc_script, "switch.bridge": self.bridge_script} if self.ports else {}
 
     def queue_counters(self) -> pd.DataFrame:
         rows = []
