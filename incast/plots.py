@@ -222,6 +222,8 @@ def plot_block_times(run_dirs: list[Path], out: Path, labels: list[str] | None =
     top = 0.0
     for ax, run, label in zip(axes[:, 0], runs, labels):
         summary = json.loads((run / "summary.json").read_text())
+        if not (run / "blocks.parquet").is_file():
+            raise ValueError(f"{run}: no blocks.parquet (a run of this testbed has one)")
         blocks = pd.read_parquet(run / "blocks.parquet")
         b = blocks[blocks["rep"] == blocks["rep"].min()]
         ax.bar(b["start_us"] / 1e3, b["duration_ms"], width=b["duration_ms"], align="edge",
@@ -241,7 +243,7 @@ def plot_block_times(run_dirs: list[Path], out: Path, labels: list[str] | None =
     axes[-1, 0].set_xlabel("time since the first measured block (ms)")
     title = title if title is not None else _scenario_name(run_dirs[0])
     if title:
-        fig.suptitle("\n".join(textwrap.wrap(title, 80)), fontsize=10)
+        fig.suptitle("\n".join(textwrap.wrap(title, 90)), fontsize=10)
     fig.tight_layout()
     out = Path(out)
     fig.savefig(out, dpi=120)

@@ -191,3 +191,24 @@ def test_compare_draws_summary_fields_of_runs_and_names_a_missing_field(tmp_path
     assert r.returncode == 2 and "no_such_field" in r.stderr
     r = incast_cmd("compare", tmp_path / "none", tmp_path / "missing", "--out", out)
     assert r.returncode == 2 and "no summary.json" in r.stderr
+    r = incast_cmd("compare", tmp_path / "none", "--blocks", "--out", out)
+    assert r.returncode == 2 and "no blocks.parquet" in r.stderr
+
+
+def test_compare_blocks_draws_block_times_with_the_storm_shaded(tmp_path):
+    import pandas as pd
+    d = tmp_path / "storm"
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps({"goodput_mbps": 656.1, "storm_start_us": 10e3,
+                                                "storm_end_us": 70e3, "fidelity": {"ok": True}}))
+    starts = [0.0, 4.5e3, 9e3, 71.4e3]
+    durations = [4.5, 4.5, 62.4, 4.5]
+    pd.DataFrame({"rep": 0, "block": range(4), "start_us": starts,
+                  "end_us": [s + d * 1e3 for s, d in zip(starts, durations)], "duration_ms": durations,
+                  "bytes": 524288, "goodput_mbps": 900.0, "last_server": "server1"}).to_parquet(d / "blocks.parquet")
+    out = tmp_path / "blocks.png"
+    r = incast_cmd("compare", d, "--blocks", "--label", "no watchdog", "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = incast_cmd("compare", d, "--blocks", "--field", "goodput_mbps", "--out", out)
+    assert r.returncode == 2 and "takes no --field" in r.stderr
