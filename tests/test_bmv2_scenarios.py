@@ -115,6 +115,19 @@ def test_bmv2_forwards_across_two_switches(tmp_path, measure):
     assert trunk["sent_bytes"].sum() >= 2 * 20 * 8192, trunk
 
 
+def test_bmv2_forwards_over_a_leaf_spine_without_looping(tmp_path, measure):
+    """Two spines close a loop: the l2_forward tables send the client's traffic through
+    s3 only and floods (ARP) take one tree, so every block completes."""
+    from conftest import run_json
+    import pandas as pd
+    s = run_json(*_flags(**{"--senders": "4"}), "--set", "topology.kind=leaf_spine",
+                 "--set", "topology.spines=2", "--out", tmp_path / "ls")
+    assert len(pd.read_parquet(tmp_path / "ls" / "blocks.parquet")) == 20, s
+    q = pd.read_parquet(tmp_path / "ls" / "queues.parquet").groupby(["switch", "peer"])["sent_bytes"].sum()
+    far_data = 2 * 20 * 8192            # servers 3-4 sit on leaf s2
+    assert q["s3", "s1"] >= far_data and q["s4", "s1"] < far_data / 10, q
+
+
 def test_bmv2_marks_ecn_above_the_threshold(measure):
     plain = measure(senders=SENDERS)
     marked = measure(senders=SENDERS, ecn_threshold="8KiB", ecn="on")
