@@ -92,6 +92,24 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
     return df[COLUMNS]
 
 
+def microbursts(table: pd.DataFrame, port: str, gap_us: float) -> pd.DataFrame:
+    """A port's records split wherever none came for more than gap_us: with telemetry
+    sampled above a threshold (telemetry.sample = "above:SIZE"), each stretch is one
+    microburst, the queue at or above SIZE. One row each: start_us (its first record),
+    end_us (its last: a dequeue), duration_us, peak_bytes (the class queue's largest
+    occupancy), records (postcards: one enqueue and one dequeue row each)."""
+    t = table[(table["port"] == port) & table["event"].isin(["enqueue", "dequeue"])].sort_values("time_us")
+    if t.empty:
+        return pd.DataFrame(columns=["start_us", "end_us", "duration_us", "peak_bytes", "records"])
+    burst = (t["time_us"].diff() > gap_us).cumsum()
+    g = t.groupby(burst)
+    out = pd.DataFrame({"start_us": g["time_us"].min(), "end_us": g["time_us"].max(),
+                        "peak_bytes": g["bytes"].max(),
+                        "records": g["event"].apply(lambda e: int((e == "enqueue").sum()))})
+    out["duration_us"] = out["end_us"] - out["start_us"]
+    return out[["start_us", "end_us", "duration_us", "peak_bytes", "records"]].reset_index(drop=True)
+
+
 @dataclass
 class TelemetryResult:
     table: pd.DataFrame

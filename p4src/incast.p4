@@ -516,6 +516,13 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         hdr.tel.egress_port = meta.out_port;
         hdr.tel.queue = meta.qclass;
         hdr.tel.event = meta.event;
+        /* lab 7 begin: the postcard's queue state: what the packet found at enqueue and
+         * left at dequeue (bmv2's packet depths meta.enq_qdepth/deq_qdepth, the class
+         * queue's bytes meta.occ_enq/occ_deq, the port's meta.port_enq/port_deq), its
+         * time in the queue (meta.deq_timedelta) and both timestamps (meta.enq_ts,
+         * meta.deq_ts), into the hdr.tel fields of the same names (occ_*_bytes,
+         * port_*_bytes). */
+        /* lab 7 stub: hdr.tel.occ_enq_bytes = 0; */
         hdr.tel.enq_qdepth = meta.enq_qdepth;
         hdr.tel.deq_qdepth = meta.deq_qdepth;
         hdr.tel.occ_enq_bytes = meta.occ_enq;
@@ -525,6 +532,7 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         hdr.tel.deq_timedelta = meta.deq_timedelta;
         hdr.tel.enq_ts = meta.enq_ts;
         hdr.tel.deq_ts = meta.deq_ts;
+        /* lab 7 end */
         hdr.tel.pkt_len = meta.pkt_len;
         hdr.tel.flow_hash = meta.flow_hash;
         hdr.tel.saddr = meta.saddr;
@@ -608,6 +616,19 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         meta.sample = hit ? 1w1 : 1w0;
     }
 
+    /* Record only packets that found their class queue above the threshold: the
+     * postcards of a microburst, nothing of the quiet time between. */
+    action sample_above_threshold() {
+        /* lab 7 begin: set meta.sample to 1 if the packet found its class queue
+         * (meta.occ_enq bytes, itself included) at or above cfg's CFG_TEL_THRESHOLD,
+         * else 0. */
+        /* lab 7 stub: meta.sample = 0; */
+        bit<32> threshold;
+        cfg.read(threshold, CFG_TEL_THRESHOLD);
+        meta.sample = meta.occ_enq >= threshold ? 1w1 : 1w0;
+        /* lab 7 end */
+    }
+
     apply {
         meta.pidx = (bit<32>)std.egress_port;
         meta.qidx = (bit<32>)std.egress_port * 8 + (bit<32>)meta.qclass;
@@ -686,11 +707,7 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         } else if (mode == (bit<32>)TEL_ON_CHANGE) {
             sample_on_change();
         } else if (mode == (bit<32>)TEL_ABOVE) {
-            bit<32> threshold;
-            cfg.read(threshold, CFG_TEL_THRESHOLD);
-            if (meta.occ_enq >= threshold) {
-                meta.sample = 1;
-            }
+            sample_above_threshold();
         }
         if (meta.sample == 1) {
             if (cloned) {

@@ -59,7 +59,8 @@ def test_the_reference_solution_passes_its_check(number, tmp_path, no_leftovers)
 
 @needs_root
 @pytest.mark.p4
-@pytest.mark.parametrize("number, failing", [(5, "test_byte_limit_admission"), (6, "test_pause_at_xoff")])
+@pytest.mark.parametrize("number, failing", [(5, "test_byte_limit_admission"), (6, "test_pause_at_xoff"),
+                                             (7, "test_telemetry_above_a_threshold")])
 def test_a_p4_lab_passes_with_the_program_and_fails_with_the_starter(number, failing, tmp_path):
     """A P4 lab compiles the student's program and runs the packet tests against it."""
     lab = labs.get(number)

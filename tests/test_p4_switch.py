@@ -294,6 +294,25 @@ def test_telemetry_carries_the_packets_queue_values(rig):
     assert max(r.occ_enq_bytes for r in recs) <= 5 * 542
 
 
+def test_telemetry_above_a_threshold_records_only_the_burst(rig):
+    """Sampling above:SIZE: a postcard for each packet that found its class queue at or
+    above SIZE bytes, none for those that found it lower."""
+    from scapy.layers.l2 import Ether
+    from incast.layers import IncastTelemetry
+    threshold = 1500                             # the third 542-byte frame reaches it
+    rig.cli([f"register_write cfg {bmv2.CFG['tel_mode']} 4",
+             f"register_write cfg {bmv2.CFG['tel_threshold']} {threshold}", "set_queue_rate 20 3 6"])
+    for _ in range(6):                           # 50 ms per frame out: the queue only grows
+        rig.send(1, udp(1, 3, dscp=8, size=500))
+    recs = [Ether(f)[IncastTelemetry] for f in rig.receive(510, timeout=1.0)]
+    assert 3 <= len(recs) <= 4, [r.occ_enq_bytes for r in recs]   # 4 if one frame left early
+    assert all(r.occ_enq_bytes >= threshold for r in recs), [r.occ_enq_bytes for r in recs]
+    assert all(r.deq_ts > r.enq_ts for r in recs)           # each waited its turn
+    left_behind = [r.occ_deq_bytes for r in recs]             # the queue drains as they leave
+    assert left_behind == sorted(left_behind, reverse=True) and left_behind[-1] == 0, left_behind
+    assert len(rig.receive(3, timeout=0.5)) == 6          # sampling chooses postcards, not packets
+
+
 def test_garbage_never_crashes_or_wedges_the_switch(rig):
     junk = [b"\x00", b"\xff" * 13, os.urandom(60), os.urandom(1500),
             udp(1, 3)[:20], udp(1, 3)[:34],                  # truncated inside IPv4

@@ -61,3 +61,21 @@ def test_telemetry_plot(collapsing_run):
     out, _ = collapsing_run
     png = plot_queue(out)
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_microbursts_split_a_ports_records_where_they_pause():
+    import pandas as pd
+    from incast.telemetry import microbursts
+    rows = []
+    for start, peak in ((0.0, 20000), (10_000.0, 24000)):       # two bursts, 10 ms apart
+        for k in range(5):
+            rows.append({"time_us": start + 100 * k, "port": "s1-eth1", "event": "enqueue",
+                         "bytes": peak - 1000 * (4 - k)})
+            rows.append({"time_us": start + 100 * k + 1200, "port": "s1-eth1", "event": "dequeue", "bytes": 15000})
+    rows.append({"time_us": 5000.0, "port": "s1-eth2", "event": "enqueue", "bytes": 99999})   # another port
+    rows.append({"time_us": 5000.0, "port": "s1-eth1", "event": "drop", "bytes": 99999})      # not a postcard
+    b = microbursts(pd.DataFrame(rows), "s1-eth1", gap_us=2000)
+    assert b["start_us"].tolist() == [0.0, 10_000.0] and b["duration_us"].tolist() == [1600.0, 1600.0]
+    assert b["peak_bytes"].tolist() == [20000, 24000] and b["records"].tolist() == [5, 5]
+    assert len(microbursts(pd.DataFrame(rows), "s1-eth1", gap_us=10_000)) == 1   # a longer gap joins them
+    assert microbursts(pd.DataFrame(rows), "s9-eth1", gap_us=2000).empty
