@@ -44,6 +44,9 @@ class RunFailed(RuntimeError):
     pass
 
 
+# guest-init.sh's PATH, kept after the caller's in a UML guest.
+GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 def environment(features: Features, scenario: Scenario, tcp: hostconfig.TcpProfile) -> dict:
     import mininet.net
     versions = {"python": platform.python_version(), "mininet": mininet.net.VERSION,
@@ -224,7 +227,10 @@ def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out
         if virtual:
             log(f"starting the {variant} kernel in virtual time")
             r = uml.run(command, kernel=variant, results_dir=tmp, timeout=6 * 3600, cwd=REPO,
-                        memory_mb=uml_memory_mb(scenario), env={"PYTHONHASHSEED": "0"})
+                        memory_mb=uml_memory_mb(scenario),
+                        # The guest's root is this machine's: the tools found here (bmv2
+                        # under /opt/p4, say) are found there.
+                        env={"PYTHONHASHSEED": "0", "PATH": ":".join(filter(None, (os.environ.get("PATH"), GUEST_PATH)))})
         else:
             log(f"booting the {variant} kernel")
             r = qemu.run(command, kernel=variant, results_dir=tmp, timeout=3600, cwd=REPO)
