@@ -165,14 +165,28 @@ def _scenario_name(run_dir: Path) -> str:
         return ""
 
 
+def _labels(run_dirs: list[Path], labels: list[str] | None) -> list[str]:
+    """One label per run: the given ones, else the directories' names."""
+    labels = labels or [Path(d).name for d in run_dirs]
+    if len(labels) != len(run_dirs):
+        raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs")
+    return labels
+
+
+def _save(fig, out) -> Path:
+    fig.tight_layout()
+    out = Path(out)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
 def plot_compare(run_dirs: list[Path], fields: list[str], out: Path, labels: list[str] | None = None,
                  title: str | None = None) -> Path:
     """Bars of summary fields side by side for a few runs (e.g. the same scenario with
     no flow control, PAUSE and PFC: the incast's and an innocent flow's goodput). A
     field with a list value (background_mbps: one per flow) gives one bar per item."""
-    labels = labels or [Path(d).name for d in run_dirs]
-    if len(labels) != len(run_dirs):
-        raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs")
+    labels = _labels(run_dirs, labels)
     summaries = [json.loads((complete_run(d) / "summary.json").read_text()) for d in run_dirs]
 
     def as_list(value):         # background_mbps is a list (one per flow), most fields are not
@@ -202,11 +216,7 @@ def plot_compare(run_dirs: list[Path], fields: list[str], out: Path, labels: lis
     ax.legend(fontsize=8, loc="upper left", ncols=len(series))
     title = title if title is not None else _scenario_name(run_dirs[0])
     ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=9)
-    fig.tight_layout()
-    out = Path(out)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def plot_block_times(run_dirs: list[Path], out: Path, labels: list[str] | None = None,
@@ -214,9 +224,7 @@ def plot_block_times(run_dirs: list[Path], out: Path, labels: list[str] | None =
     """Each run's block durations against the time the block started, one panel per
     run: where the stalls are (a timeout's block stands out; a pause storm's window,
     from the summary's storm_start_us/storm_end_us, is shaded)."""
-    labels = labels or [Path(d).name for d in run_dirs]
-    if len(labels) != len(run_dirs):
-        raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs")
+    labels = _labels(run_dirs, labels)
     runs = [complete_run(d) for d in run_dirs]
     fig, axes = plt.subplots(len(runs), 1, sharex=True, squeeze=False, figsize=(7, 1.2 + 1.5 * len(runs)))
     top = 0.0
@@ -244,11 +252,7 @@ def plot_block_times(run_dirs: list[Path], out: Path, labels: list[str] | None =
     title = title if title is not None else _scenario_name(run_dirs[0])
     if title:
         fig.suptitle("\n".join(textwrap.wrap(title, 90)), fontsize=10)
-    fig.tight_layout()
-    out = Path(out)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def cmd_compare(args) -> int:
