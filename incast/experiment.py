@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import selectors
+import shlex
 import signal
 import subprocess
 import sys
@@ -43,9 +44,6 @@ STALL_TIMEOUT_S = 300   # no output from the client for this long: the run is we
 class RunFailed(RuntimeError):
     pass
 
-
-# guest-init.sh's PATH, kept after the caller's in a UML guest.
-GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 def environment(features: Features, scenario: Scenario, tcp: hostconfig.TcpProfile) -> dict:
     import mininet.net
@@ -222,15 +220,16 @@ def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out
     claim = Claim(out, unique_out)
     out = claim.final
     command = f"{sys.executable} -m incast run $RESULTS/scenario.toml --out $RESULTS/run --json"
+    if virtual:
+        # The guest's root is this machine's: the tools found on the caller's PATH
+        # (bmv2 under /opt/p4, say) are found there, before the guest's own PATH.
+        command = f"PATH={shlex.quote(os.environ.get('PATH', ''))}:$PATH {command}"
     with tempfile.TemporaryDirectory(prefix=".incast-vm-", dir=out.parent) as tmp:
         Path(tmp, "scenario.toml").write_text(to_toml(inner))
         if virtual:
             log(f"starting the {variant} kernel in virtual time")
             r = uml.run(command, kernel=variant, results_dir=tmp, timeout=6 * 3600, cwd=REPO,
-                        memory_mb=uml_memory_mb(scenario),
-                        # The guest's root is this machine's: the tools found here (bmv2
-                        # under /opt/p4, say) are found there.
-                        env={"PYTHONHASHSEED": "0", "PATH": ":".join(filter(None, (os.environ.get("PATH"), GUEST_PATH)))})
+                        memory_mb=uml_memory_mb(scenario), env={"PYTHONHASHSEED": "0"})
         else:
             log(f"booting the {variant} kernel")
             r = qemu.run(command, kernel=variant, results_dir=tmp, timeout=3600, cwd=REPO)

@@ -209,7 +209,7 @@ class Watchdog(_Model):
 
 class Storm(_Model):
     """A host whose NIC keeps sending PAUSE (a stuck receiver, a broken NIC): from
-    ``after`` (counted from when the run's PAUSE agents start) for ``duration``."""
+    ``after`` past the start of the first measured block, for ``duration``."""
     host: str = Field(description="the host that storms, e.g. near1")
     after: TimeUs = Field(0, description="when the storm begins")
     duration: TimeUs = Field(parse_time_us("100ms"), gt=0, description="how long it lasts")

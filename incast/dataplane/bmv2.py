@@ -216,7 +216,9 @@ class Bmv2DataPlane(DataPlane):
                                  log_dir=dp.log_dir, **params)
         return _Switch
 
-    def commands(self, sw: Bmv2Switch, net, client: str, hosts: list[str]) -> list[str]:
+    def commands(self, sw: Bmv2Switch, net, client: str, toward: dict[str, int], flood: set[int]) -> list[str]:
+        """The switch's control-plane commands; `toward` (host -> port) and `flood` (its
+        flood ports) are its share of dataplane.forwarding's tables."""
         s = self.scenario
         mtu = s.link.mtu
         limits = s.switch.class_limits(mtu)
@@ -238,13 +240,12 @@ class Bmv2DataPlane(DataPlane):
                 cmds.append(f"register_write limit_bytes {p.number * 8 + c} {limit}")
         for prio in range(PRIORITY_QUEUES):
             cmds.append(f"set_queue_depth 16384 {TELEMETRY_PORT} {prio}")
-        toward = next_hops(self.ports, hosts)[sw.name]
         for h in net.hosts:
             if h.name in toward:
                 cmds.append(f"table_add IncastIngress.l2_forward IncastIngress.set_egress {h.MAC()} => "
                             f"{toward[h.name]}")
         ports = " ".join(map(str, numbers))
-        flood = " ".join(map(str, sorted(flood_ports(self.ports)[sw.name])))
+        flood = " ".join(map(str, sorted(flood)))
         # Group 1 floods (ARP) over the spanning tree; group 2 carries PAUSE and XON
         # frames to every port (hosts and trunks: switches pause each other).
         cmds += ["mc_mgrp_create 1", f"mc_node_create 0 {flood}", "mc_node_associate 1 0",
@@ -277,8 +278,9 @@ class Bmv2DataPlane(DataPlane):
                 netdev.run("tc", "qdisc", "replace", "dev", p.name, "root", "noqueue")
         scripts = []
         client = getattr(topo, "client", None)
+        toward, flood = next_hops(self.ports, topo.hosts(sort=False)), flood_ports(self.ports)
         for sw in self.switches:
-            cmds = self.commands(sw, net, client, topo.hosts(sort=False))
+            cmds = self.commands(sw, net, client, toward[sw.name], flood[sw.name])
             sw.cli(cmds)
             scripts.append(f"# {sw.name} (thrift port {sw.thrift_port})\n" + "\n".join(cmds))
         self.cli_script = "\n".join(scripts) + "\n"

@@ -44,6 +44,7 @@ def next_hops(ports: list[Port], hosts: list[str]) -> dict[str, dict[str, int]]:
     by = _by_switch(ports)
     home = {p.peer: p.switch for p in ports if not p.trunk}
     order = {h: i for i, h in enumerate(hosts)}
+    hops_from = {sw: _switch_distances(by, sw) for sw in set(home.values())}   # per host's switch
     out: dict[str, dict[str, int]] = {}
     for sw, own in by.items():
         table = out.setdefault(sw, {})
@@ -51,7 +52,7 @@ def next_hops(ports: list[Port], hosts: list[str]) -> dict[str, dict[str, int]]:
             if home[h] == sw:
                 table[h] = next(p.number for p in own if p.peer == h)
                 continue
-            dist = _switch_distances(by, home[h])   # hops from the host's switch
+            dist = hops_from[home[h]]
             if sw not in dist:
                 continue                             # not connected: no entry
             choices = [p.number for p in own if p.trunk and dist.get(p.peer, -1) == dist[sw] - 1]

@@ -1,15 +1,12 @@
 """Lab 7's reference solution: the testbed's own postcards and sampling, the run of
-step 4, and the microbursts found in it.
+step 4, and the microbursts found in it (by the rule check.py applies).
 
     python3 labs/07-p4-telemetry/solution/solve.py OUT_DIR   (writes OUT_DIR/answers.toml)
 """
-import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-import pandas as pd
 
 SOURCE = Path(__file__).resolve().parents[3] / "p4src" / "incast.p4"
 RUN = ["--switch", "bmv2", "--link-rate", "10Mbit", "--senders", "8", "--sru", "8KiB", "--buffer", "32KiB",
@@ -22,19 +19,12 @@ def solve(out: Path, blocks: int = 20) -> dict:
     run = out / "bursts"
     subprocess.run([sys.executable, "-m", "incast", "run", *RUN, "--blocks", str(blocks), "--out", str(run)], check=True,
                    capture_output=True)
-    summary = json.loads((run / "summary.json").read_text())
-    port = summary["bottleneck_port"]
-    t = pd.read_parquet(run / "telemetry.parquet")
-    t = t[(t["port"] == port) & t["event"].isin(["enqueue", "dequeue"])].sort_values("time_us")
-    gap_us = 2 * 1538 * 8 / summary["link_mbps"]
-    burst = (t["time_us"].diff() > gap_us).cumsum()
-    spans = t.groupby(burst)["time_us"].agg(["min", "max"])
-    queues = pd.read_parquet(run / "queues.parquet")
-    sent = queues[queues["port"] == port]["sent_packets"].sum()
-    return {"program": str(out / "incast.p4"), "run_dir": str(run), "bursts": int(len(spans)),
-            "longest_burst_ms": round(float((spans["max"] - spans["min"]).max()) / 1000, 3),
-            "peak_bytes": int(t["bytes"].max()),
-            "postcard_share": round(float((t["event"] == "enqueue").sum() / sent), 4),
+    from incast import labs
+    bursts, port, sent = labs.get(7).module("check").bursts_of(run)   # the handout's rule
+    return {"program": str(out / "incast.p4"), "run_dir": str(run), "bursts": int(len(bursts)),
+            "longest_burst_ms": round(float(bursts["duration_us"].max()) / 1000, 3),
+            "peak_bytes": int(bursts["peak_bytes"].max()),
+            "postcard_share": round(float(bursts["records"].sum() / sent), 4),
             "why_above": "below the threshold the queue is quiet and nothing of interest happens, so the "
                          "postcards of packets that found it above are exactly the bursts"}
 
