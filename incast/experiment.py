@@ -558,8 +558,9 @@ def _pause_summary(scenario, pause: dict) -> dict:
             "paused_ms": round(pause["paused_ms"], 3),
             "pause_reaction_us_p50": float(np.median(reactions)) if reactions else None,
             "pause_reaction_us_p99": float(np.percentile(reactions, 99)) if reactions else None,
-            **dict(zip(("pause_xoff_bytes", "pause_xon_bytes"), scenario.switch.pause_thresholds(
-                scenario.link.mtu, scenario.topology.senders))),
+            # With class queues: the smallest class's (class 0's when they share equally).
+            **dict(zip(("pause_xoff_bytes", "pause_xon_bytes"), min(scenario.switch.class_pause_thresholds(
+                scenario.link.mtu, scenario.topology.senders)))),
             **pause}
 
 

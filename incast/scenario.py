@@ -259,6 +259,17 @@ class Switch(_Model):
         xon = min(xoff, self.pause.xon) if self.pause.xon is not None else xoff // 4
         return xoff, xon
 
+    def class_pause_thresholds(self, mtu: int, senders: int) -> list[tuple[int, int]]:
+        """(xoff, xon) of each class queue: with one class, the port's; with several,
+        each against its own share of the buffer (PFC pauses that class; 802.3x pauses
+        the port when any class passes its own)."""
+        limits = self.class_limits(mtu)
+        if len(limits) == 1:
+            return [self.pause_thresholds(mtu, senders)]
+        if self.buffer is None:
+            limits = [lim * (mtu + ETH_HLEN) for lim in limits]
+        return [self.pause_thresholds(mtu, senders, total=lim) for lim in limits]
+
     @model_validator(mode="before")
     @classmethod
     def _packets_replace_bytes(cls, data: Any):
@@ -479,6 +490,9 @@ class Scenario(_Model):
         self.switch.class_limits(self.link.mtu)   # raises with a clear message
         plane = REGISTRY[self.dataplane]
         can = list(REGISTRY)
+        if plane.max_ports and len(self.topology.hosts()) > plane.max_ports:
+            raise ValueError(f"topology: {len(self.topology.hosts())} hosts; the {self.dataplane} data plane "
+                             f"has {plane.max_ports} ports per switch")
         if self.clock == "virtual" and self.kernel == "host":
             raise ValueError("clock virtual runs a User-Mode Linux kernel, not this machine's: "
                              "choose kernel stock or hrtimer (built by kernels/build.sh --uml)")
@@ -492,11 +506,21 @@ class Scenario(_Model):
             raise ValueError(f"switch.pause: the {self.dataplane} data plane sends no PAUSE frames "
                              f"(use dataplane {' or '.join(n for n in can if REGISTRY[n].pause)})")
         pause = self.switch.pause
-        for what, wanted in (("pfc", pause.pfc), ("watchdog", pause.watchdog), ("storm", pause.storm)):
+        if pause.pfc and not plane.pfc:
+            raise ValueError(f"switch.pause.pfc: the {self.dataplane} data plane sends no PFC frames (use "
+                             f"dataplane {' or '.join(n for n in can if REGISTRY[n].pfc)})")
+        for what, wanted in (("watchdog", pause.watchdog), ("storm", pause.storm)):
             if wanted and not plane.pause_rx:
                 raise ValueError(f"switch.pause.{what}: the {self.dataplane} data plane sends 802.3x PAUSE "
                                  "but obeys none at its ports (use dataplane "
                                  f"{' or '.join(n for n in can if REGISTRY[n].pause_rx)})")
+        if pause.enabled and self.topology.kind != "star" and not plane.pause_rx:
+            # Its PAUSE would reach the other switch over the trunk and be ignored there:
+            # the run would show flow control that half its switches do not do.
+            raise ValueError(f"switch.pause across switches ({self.topology.kind}): the {self.dataplane} data "
+                             "plane sends PAUSE but obeys none at its ports, so a switch would never hold the "
+                             f"trunk (use dataplane {' or '.join(n for n in can if REGISTRY[n].pause_rx)}, "
+                             "or topology star)")
         if pause.storm and pause.storm.host not in self.topology.hosts():
             raise ValueError(f"switch.pause.storm.host: no host {pause.storm.host!r} in this topology")
         if pause.enabled and self.switch.ecn is not None:

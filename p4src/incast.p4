@@ -7,10 +7,13 @@
  *     packets, so admission is decided here against a byte occupancy kept in
  *     registers (added at admission, removed when the packet leaves), with bmv2's
  *     own depth set above it only as a backstop; every refusal is counted;
- *   - 802.3x PAUSE: when a port's occupancy passes XOFF, every other host port gets
+ *   - 802.3x PAUSE: when a port's occupancy passes XOFF, every other port gets
  *     a PAUSE frame (refreshed before it expires while still above XOFF) and quanta
- *     0 once the occupancy of every congested port has fallen to XON; received
- *     PAUSE/PFC frames are never forwarded;
+ *     0 once the occupancy of every congested port has fallen to XON;
+ *   - or 802.1Qbb PFC (cfg pfc = 1): the same per class, each class queue against its
+ *     own XOFF/XON, a PFC frame naming that class only, so the other classes flow on;
+ *   - received PAUSE/PFC frames are counted and never forwarded (bmv2 cannot hold
+ *     one of its queues: the hosts obey, the switch does not);
  *   - queue telemetry: egress-to-egress (and, for drops, ingress-to-egress) clones to
  *     a collector port, truncated, carrying the incast_tel_t header.
  *
@@ -64,6 +67,7 @@ const bit<32> CFG_TEL_THRESHOLD = 9; /* bytes (mode 4) */
 const bit<32> CFG_TEL_DELTA = 10;    /* bytes (mode 3) */
 const bit<32> CFG_LATE_US = 11;      /* a packet that waited longer before ingress is late */
 const bit<32> CFG_ECN_K = 12;        /* mark CE when the class queue holds more bytes (0: off) */
+const bit<32> CFG_PFC = 13;          /* 1: per-class PFC against xoff_bytes/xon_bytes, not 802.3x */
 
 const bit<8> TEL_OFF = 0;
 const bit<8> TEL_ALL = 1;
@@ -216,6 +220,13 @@ register<bit<48>>(NPORTS) pause_until;         /* us; a port is paused while now
 register<bit<1>>(NPORTS) congested;            /* the port passed XOFF and has not fallen to XON */
 register<bit<32>>(1) congested_ports;          /* how many: the last one to reach XON sends XON */
 register<bit<48>>(1) pause_all_until;          /* us; when the last broadcast PAUSE expires */
+/* PFC: the same state per class queue (port * 8 + class) and per class. */
+register<bit<32>>(NQUEUES) xoff_bytes;
+register<bit<32>>(NQUEUES) xon_bytes;
+register<bit<48>>(NQUEUES) pfc_until;          /* us; a port's class is paused while now < this */
+register<bit<1>>(NQUEUES) queue_congested;     /* the class queue passed its XOFF, not yet at XON */
+register<bit<32>>(8) congested_queues;         /* per class: the last one to reach XON sends XON */
+register<bit<48>>(8) pfc_all_until;            /* per class: when the last PFC frame expires */
 counter(1, CounterType.packets) telemetry_suppressed;
 
 /* ---------------------------------------------------------------- parser */
@@ -369,6 +380,27 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
         /* lab 6 end */
     }
 
+    /* PFC: the class queue is above its XOFF; as note_xoff, for its class alone. */
+    action note_class_xoff() {
+        bit<32> refresh_us;
+        bit<32> pause_us;
+        bit<1> was_congested;
+        bit<32> n;
+        bit<48> until;
+        bit<32> c = (bit<32>)meta.qclass;
+        cfg.read(refresh_us, CFG_REFRESH_US);
+        cfg.read(pause_us, CFG_PAUSE_US);
+        queue_congested.read(was_congested, meta.qidx);
+        congested_queues.read(n, c);
+        pfc_all_until.read(until, c);
+        bit<48> now = std.ingress_global_timestamp;
+        bool send = n == 0 || now + (bit<48>)refresh_us >= until;
+        queue_congested.write(meta.qidx, 1);
+        congested_queues.write(c, was_congested == 0 ? n + 1 : n);
+        pfc_all_until.write(c, send ? now + (bit<48>)pause_us : until);
+        meta.send_pause = send ? 1w1 : 1w0;
+    }
+
     apply {
         if (hdr.mac_control.isValid()) {
             /* PAUSE and PFC are link-local: consumed here, never forwarded. */
@@ -432,27 +464,37 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
             }
         }
 
-        /* 802.3x: when a port's queues pass XOFF, every other host port is paused
+        /* 802.3x: when a port's queues pass XOFF, every other port is paused
          * at once (one clone to multicast group 2), as a shallow shared-buffer switch
          * must: by the time each sender is paused on its own next packet, the
          * headroom above XOFF is gone. Refreshed while still above XOFF. */
         bit<32> pause_on;
+        bit<32> pfc_on;
         bit<32> xoff;
         cfg.read(pause_on, CFG_PAUSE_ON);
-        cfg.read(xoff, CFG_XOFF);
-        if (pause_on != 0 && meta.port_enq > xoff) {
-            note_xoff();
-            if (meta.send_pause == 1) {
-                bit<32> quanta;
-                cfg.read(quanta, CFG_QUANTA);
-                if (meta.clone_kind == CLONE_TELEMETRY) {
-                    telemetry_suppressed.count(0);   /* one clone per packet: PAUSE wins */
-                }
-                meta.clone_kind = CLONE_PAUSE;
-                meta.quanta = (bit<16>)quanta;
-                pause_tx.count(meta.pidx);
-                clone_preserving_field_list(CloneType.I2E, PAUSE_MC_SESSION, FL_CLONE);
+        cfg.read(pfc_on, CFG_PFC);
+        if (pause_on != 0 && pfc_on != 0) {
+            /* PFC: the class queue against its own XOFF; the PFC frame names the class. */
+            xoff_bytes.read(xoff, meta.qidx);
+            if (meta.occ_enq > xoff) {
+                note_class_xoff();
             }
+        } else if (pause_on != 0) {
+            cfg.read(xoff, CFG_XOFF);
+            if (meta.port_enq > xoff) {
+                note_xoff();
+            }
+        }
+        if (meta.send_pause == 1) {
+            bit<32> quanta;
+            cfg.read(quanta, CFG_QUANTA);
+            if (meta.clone_kind == CLONE_TELEMETRY) {
+                telemetry_suppressed.count(0);   /* one clone per packet: PAUSE wins */
+            }
+            meta.clone_kind = CLONE_PAUSE;
+            meta.quanta = (bit<16>)quanta;
+            pause_tx.count(meta.pidx);
+            clone_preserving_field_list(CloneType.I2E, PAUSE_MC_SESSION, FL_CLONE);
         }
         if (meta.clone_kind == CLONE_TELEMETRY) {
             clone_preserving_field_list(CloneType.I2E, TELEMETRY_SESSION, FL_CLONE);
@@ -491,6 +533,30 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         hdr.pause.setValid();
         hdr.pause.quanta = meta.quanta;
         hdr.pfc.setInvalid();
+        hdr.pad.setValid();
+        hdr.pad.zeros = 0;
+        hdr.ipv4.setInvalid();
+        hdr.tcp.setInvalid();
+        hdr.udp.setInvalid();
+        truncate(60);
+    }
+
+    action to_pfc_frame() {
+        /* A byte-exact 802.1Qbb PFC frame: opcode 0x0101, only this class enabled, its
+         * quanta in its slot (class 0 first on the wire), the other slots 0. */
+        bit<48> mac;
+        port_mac.read(mac, (bit<32>)std.egress_port);
+        hdr.ethernet.setValid();
+        hdr.ethernet.dst = 0x0180C2000001;
+        hdr.ethernet.src = mac;
+        hdr.ethernet.etherType = ETHERTYPE_MAC_CONTROL;
+        hdr.vlan.setInvalid();
+        hdr.mac_control.setValid();
+        hdr.mac_control.opcode = MAC_CONTROL_PFC;
+        hdr.pause.setInvalid();
+        hdr.pfc.setValid();
+        hdr.pfc.class_enable = (bit<16>)1 << meta.qclass;
+        hdr.pfc.quanta = ((bit<128>)meta.quanta) << (bit<8>)(16 * (7 - meta.qclass));
         hdr.pad.setValid();
         hdr.pad.zeros = 0;
         hdr.ipv4.setInvalid();
@@ -548,6 +614,14 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         meta.sample = until > std.egress_global_timestamp ? 1w1 : 1w0;
     }
 
+    /* PFC: an XON replica ends the pause of its class at this port, if there is one. */
+    action end_class_pause() {
+        bit<48> until;
+        pfc_until.read(until, meta.qidx);
+        pfc_until.write(meta.qidx, 0);
+        meta.sample = until > std.egress_global_timestamp ? 1w1 : 1w0;
+    }
+
     /* The packet leaves its class queue: release its bytes. */
     action release() {
         /* lab 5 begin: the packet leaves: take its bytes (meta.pkt_len) off its class
@@ -583,6 +657,21 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         congested_ports.write(0, fall ? n - 1 : n);
         meta.send_xon = fall && n == 1 ? 1w1 : 1w0;
         /* lab 6 end */
+    }
+
+    /* PFC: as note_departure, for the class queue against its own XON. */
+    action note_class_departure() {
+        bit<32> xon;
+        bit<1> was_congested;
+        bit<32> n;
+        bit<32> c = (bit<32>)meta.qclass;
+        xon_bytes.read(xon, meta.qidx);
+        queue_congested.read(was_congested, meta.qidx);
+        congested_queues.read(n, c);
+        bool fall = was_congested == 1 && meta.occ_deq <= xon;
+        queue_congested.write(meta.qidx, fall ? 1w0 : was_congested);
+        congested_queues.write(c, fall ? n - 1 : n);
+        meta.send_xon = fall && n == 1 ? 1w1 : 1w0;
     }
 
     action note_ingress_wait() {
@@ -634,8 +723,14 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         meta.qidx = (bit<32>)std.egress_port * 8 + (bit<32>)meta.qclass;
         if (std.instance_type == 1 || std.instance_type == 2) {   /* I2E or E2E clone */
             if (meta.clone_kind == CLONE_PAUSE) {
+                bit<32> pfc_on;
+                cfg.read(pfc_on, CFG_PFC);
                 if (meta.quanta == 0) {
-                    end_port_pause();
+                    if (pfc_on != 0) {
+                        end_class_pause();
+                    } else {
+                        end_port_pause();
+                    }
                     if (meta.sample == 0) {
                         mark_to_drop(std);
                         return;
@@ -650,10 +745,18 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
                     }
                     bit<32> pause_us;
                     cfg.read(pause_us, CFG_PAUSE_US);
-                    pause_until.write(meta.pidx, std.egress_global_timestamp + (bit<48>)pause_us);
+                    if (pfc_on != 0) {
+                        pfc_until.write(meta.qidx, std.egress_global_timestamp + (bit<48>)pause_us);
+                    } else {
+                        pause_until.write(meta.pidx, std.egress_global_timestamp + (bit<48>)pause_us);
+                    }
                     pause_port_tx.count(meta.pidx);
                 }
-                to_pause_frame();
+                if (pfc_on != 0) {
+                    to_pfc_frame();
+                } else {
+                    to_pause_frame();
+                }
             } else {
                 to_telemetry_record();
             }
@@ -680,12 +783,18 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         meta.deq_ts = std.egress_global_timestamp;
 
         bit<32> pause_on;
+        bit<32> pfc_on;
         cfg.read(pause_on, CFG_PAUSE_ON);
+        cfg.read(pfc_on, CFG_PFC);
         bool cloned = false;
         if (pause_on != 0) {
-            bit<32> xon;
-            cfg.read(xon, CFG_XON);
-            note_departure(xon);
+            if (pfc_on != 0) {
+                note_class_departure();
+            } else {
+                bit<32> xon;
+                cfg.read(xon, CFG_XON);
+                note_departure(xon);
+            }
             if (meta.send_xon == 1) {
                 /* One clone to multicast group 2: quanta 0 to every paused port. */
                 meta.clone_kind = CLONE_PAUSE;

@@ -261,6 +261,41 @@ def test_xon_waits_for_the_congested_port(rig):
     assert rig.register("congested_ports", 0) == 1 and rig.register("congested", 2) == 1
 
 
+def test_pfc_pauses_only_the_congested_class(rig):
+    """PFC: class 1's queue at port 2 passes its own XOFF; every other port gets a PFC
+    frame naming class 1 alone, and quanta 0 for it at XON. Class 0 filling the same
+    port further (below its own XOFF) pauses nothing."""
+    from scapy.compat import raw
+    from scapy.contrib.mac_control import MACControlClassBasedFlowControl
+    from scapy.layers.l2 import Ether
+    c = bmv2.CFG
+    cmds = [f"register_write cfg {c['pause_on']} 1", f"register_write cfg {c['pfc']} 1",
+            f"register_write cfg {c['quanta']} 4660", f"register_write cfg {c['pause_us']} 1000000",
+            f"register_write cfg {c['refresh_us']} 1000", "set_queue_rate 100 2 6", "set_queue_rate 100 2 7"]
+    for q in range(8, (NPORTS + 1) * 8):   # class 1 at port 2: XOFF 3000 B, XON 1500 B; the rest far
+        xoff, xon = (3000, 1500) if q == 2 * 8 + 1 else (30000, 15000)
+        cmds += [f"register_write xoff_bytes {q} {xoff}", f"register_write xon_bytes {q} {xon}"]
+    rig.cli(cmds)
+    for _ in range(6):   # class 0: 6000 B at port 2, above class 1's XOFF but not its own
+        rig.send(1, udp(1, 2, size=1000))
+    assert [f for f in rig.receive(3, timeout=0.3) if f[12:14] == b"\x88\x08"] == []
+    rig.receive(2, timeout=0.5)
+    for _ in range(6):
+        rig.send(1, udp(1, 2, dscp=8, size=1000))
+    seen = {n: rig.receive(n, timeout=1.5 if n == 1 else 0.2) for n in (1, 3, 4)}
+    for n, frames in seen.items():
+        pfc = [f for f in frames if f[12:14] == b"\x88\x08"]
+        hold = raw(Ether(dst="01:80:c2:00:00:01", src=SWITCH_MACS[n]) /
+                   MACControlClassBasedFlowControl(c1_enabled=1, c1_pause_time=4660))
+        release = raw(Ether(dst="01:80:c2:00:00:01", src=SWITCH_MACS[n]) /
+                      MACControlClassBasedFlowControl(c1_enabled=1, c1_pause_time=0))
+        assert pfc == [hold, release], (n, [f.hex() for f in pfc])
+        assert all(len(f) == 60 for f in pfc)
+    got = rig.receive(2, timeout=0.5)
+    assert [f[12:14] for f in got] == [b"\x08\x00"] * 6   # none toward the congested port
+    assert rig.register("congested_queues", 1) == 0 and rig.register("queue_congested", 2 * 8 + 1) == 0
+
+
 def test_pause_and_pfc_are_never_forwarded(rig):
     from scapy.compat import raw
     from scapy.contrib.mac_control import MACControlClassBasedFlowControl, MACControlPause

@@ -22,23 +22,25 @@ class Entry:
     cls: str
     help: str
     pause: bool = False             # sends 802.3x PAUSE to the hosts
-    pause_rx: bool = False          # obeys PAUSE/PFC at its ports (trunks, hosts), PFC, pause watchdog
+    pfc: bool = False               # sends 802.1Qbb PFC per class instead (switch.pause.pfc)
+    pause_rx: bool = False          # obeys PAUSE/PFC at its ports (trunks, hosts); pause watchdog
     packet_buffers: bool = True     # switch.buffer_packets (queues limited in packets)
     calibrated: bool = False        # incast calibrate measures it (link.rate auto)
     host_tx_checksum: bool = False  # hosts must complete checksums (a software switch forwards frames as they are)
     telemetry_sampling: bool = False  # telemetry.sample other than "all" (records chosen in the switch)
     ecn: bool = False               # marks CE above switch.ecn (where the kernel/program can)
     multi_switch: bool = False      # forwards across several switches (topologies beyond star)
+    max_ports: int = 0              # host ports a switch can have (0: the topology's limit)
 
 
 # The one place a data plane is registered: the factory, the scenario's allowed values
 # and the CLI help all read it.
 REGISTRY: dict[str, Entry] = {
     "linux": Entry("incast.dataplane.linux", "LinuxDataPlane", "kernel bridge + tc", calibrated=True,
-                   ecn=True, multi_switch=True, pause=True, pause_rx=True),
-    "bmv2": Entry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True,
+                   ecn=True, multi_switch=True, pause=True, pfc=True, pause_rx=True),
+    "bmv2": Entry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True, pfc=True,
                   packet_buffers=False, host_tx_checksum=True, telemetry_sampling=True, ecn=True,
-                  multi_switch=True),
+                  multi_switch=True, max_ports=500),   # incast.p4's NPORTS, 510 is telemetry
 }
 
 

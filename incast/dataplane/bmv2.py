@@ -9,7 +9,9 @@ plain veth, noqueue), so bmv2's queue is the only one on the path through the sw
 Known limits of bmv2 that the design follows: rates are packets per second, set per
 priority queue (so with traffic in several classes at once a port can exceed its
 link rate); a refused packet is invisible to bmv2's own counters (incast.p4 counts
-it); a queue cannot be held for PAUSE (hosts run hosts/pause_agent.py); queues are
+it); a queue cannot be held for PAUSE or PFC (bmv2 fixes a packet's departure time
+when it enters the queue, so no later command can hold it: the program sends PAUSE and
+PFC, the hosts obey them through hosts/pause_agent.py, a bmv2 switch does not); queues are
 configured over Thrift (simple_switch_CLI), not P4Runtime.
 """
 from __future__ import annotations
@@ -254,7 +256,17 @@ class Bmv2DataPlane(DataPlane):
         for dscp, c in enumerate(s.switch.qos.dscp_table()):
             if c:
                 cmds.append(f"table_add IncastIngress.classify_dscp IncastIngress.set_class {dscp} => {c}")
-        xoff, xon = s.switch.pause_thresholds(mtu, s.topology.senders)
+        thresholds = s.switch.class_pause_thresholds(mtu, s.topology.senders)
+        # 802.3x compares the port's queues together with one XOFF. With class queues
+        # that is the smallest class XOFF: the port's bytes are at least any class's,
+        # so the port pauses before any class queue can pass its own XOFF.
+        xoff, xon = min(thresholds)
+        if s.switch.pause.enabled and s.switch.pause.pfc:
+            # PFC: each class queue against its own XOFF/XON (as the linux plane's).
+            for p in host_ports:
+                for c, (cx, cy) in enumerate(thresholds):
+                    cmds += [f"register_write xoff_bytes {p.number * 8 + c} {cx}",
+                             f"register_write xon_bytes {p.number * 8 + c} {cy}"]
         quanta = s.switch.pause.quanta
         pause_us = int(quanta * 512 / s.link.rate * 1e6)
         mode, param = s.telemetry.sample_mode() if s.telemetry.enabled else (0, 0)
@@ -262,7 +274,7 @@ class Bmv2DataPlane(DataPlane):
                "quanta": quanta, "pause_us": pause_us, "refresh_us": pause_us // 2,
                "tel_mode": mode, "tel_n": param if mode == 2 else 1,
                "tel_threshold": param if mode == 4 else 0, "tel_delta": param if mode == 3 else 0,
-               "late_us": LATE_US, "ecn_k": s.switch.ecn or 0}
+               "late_us": LATE_US, "ecn_k": s.switch.ecn or 0, "pfc": int(s.switch.pause.pfc)}
         cmds += [f"register_write cfg {CFG[k]} {v}" for k, v in cfg.items()]
         cmds.append(f"mirroring_add {TELEMETRY_SESSION} {TELEMETRY_PORT}")
         for p in host_ports:

@@ -144,10 +144,7 @@ def flow_control_config(scenario, ports) -> dict:
     pause = sw.pause
     limits = sw.class_limits(mtu)
     senders = scenario.topology.senders
-    if len(limits) == 1:
-        thresholds = [sw.pause_thresholds(mtu, senders)]
-    else:
-        thresholds = [sw.pause_thresholds(mtu, senders, total=lim) for lim in limits]
+    thresholds = sw.class_pause_thresholds(mtu, senders)
     interval = pause.interval or (mtu + ETH_HLEN + WIRE_OVERHEAD) * 8 / scenario.link.rate * 1e6
     wd = pause.watchdog
     return {"interval_us": interval, "pfc": pause.pfc, "classes": len(limits), "leaf_base": 0x10,
