@@ -14,6 +14,7 @@ Standard library only, so it runs unchanged in any host (namespace, container, V
 import argparse
 import json
 import random
+import resource
 import selectors
 import socket
 import struct
@@ -131,6 +132,9 @@ def per_server(args) -> tuple[list[str], list[int], list[int]]:
 
 
 def main():
+    # A socket per server: hundreds of servers pass the default limit of 1024 files.
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     ap = client_parser(__doc__, 5001)
     ap.add_argument("--no-wait", action="store_true", help="do not wait for GO after warm-up")
     args = ap.parse_args()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import selectors
 import shlex
 import signal
@@ -195,7 +196,8 @@ def uml_memory_mb(scenario: Scenario) -> int:
     switch, and per host its processes and socket buffers (INCAST_UML_MEMORY_MB overrides)."""
     if os.environ.get("INCAST_UML_MEMORY_MB"):
         return int(os.environ["INCAST_UML_MEMORY_MB"])
-    return 1536 + 48 * (scenario.topology.senders + 1)
+    per_server = 12 if scenario.workload.server_process == "shared" else 48
+    return 1536 + per_server * (scenario.topology.senders + 1)
 
 
 def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out: bool = False) -> Outcome:
@@ -329,6 +331,8 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
         res.set_global_sysctl("net.ipv4.tcp_allowed_congestion_control",
                               " ".join(features.cc_allowed + wanted))
     res.create_world()
+    # Mininet keeps pipes to every host's shell: hundreds of hosts pass 1024 files.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     t_build = time.monotonic()
     topo = topology.load(scenario.topology.kind, scenario.topology.senders, **scenario.topology.params())
     net = Mininet(topo=topo, switch=dp.switch_class(), controller=None, host=Host, link=Link,

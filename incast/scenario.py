@@ -65,13 +65,14 @@ def _topologies():
 
 # Topologies with a second switch for far servers and far hosts (topologies/*.py).
 TWO_SIDED = ("two_switch", "leaf_spine")
+BRIDGE_MAX_PORTS = 1023   # the kernel's BR_MAX_PORTS (1024) less port 0
 
 
 class Topology(_Model):
     """Which Mininet topology (a file in topologies/) and how many servers answer."""
     kind: Annotated[str, _registered("topology", _topologies)] = "star"   # topologies/<kind>.py
-    senders: int = Field(1, ge=1, le=256, description="servers answering each block")
-    far: int | None = Field(None, ge=0, le=256,
+    senders: int = Field(1, ge=1, le=1020, description="servers answering each block")
+    far: int | None = Field(None, ge=0, le=1020,
                             description="two_switch, leaf_spine: servers on the second switch (default half)")
     others: int = Field(0, ge=0, le=64, description="extra hosts per switch (near1.., far1..) for background traffic")
     trunk_rate: Rate | None = Field(
@@ -86,6 +87,9 @@ class Topology(_Model):
             raise ValueError(f"topology.spines is for kind leaf_spine, not {self.kind}")
         if self.far is not None and self.far > self.senders:
             raise ValueError(f"topology.far ({self.far}) is more than the {self.senders} servers")
+        if self.kind == "star" and 1 + self.senders + self.others > BRIDGE_MAX_PORTS:
+            raise ValueError(f"topology: {1 + self.senders + self.others} hosts on one switch; a Linux "
+                             f"bridge takes at most {BRIDGE_MAX_PORTS} ports")
         return self
 
     def params(self) -> dict:
@@ -411,6 +415,12 @@ class Workload(_Model):
     warmup: int = Field(2, ge=0, le=10_000, description="unmeasured blocks first")
     repetitions: int = Field(1, ge=1, le=1000)
     seed: int = Field(1, ge=0)
+    # One interpreter per server costs ~20 MB each: hundreds of servers (SIGCOMM'09 Fig
+    # 13) fit only with one process holding every server's sockets, each socket made in
+    # its server's namespace, so the data still leaves from that host's TCP.
+    server_process: Literal["per-server", "shared"] = Field(
+        "per-server", description="per-server: a server program in each host; shared: one "
+        "process serves every server host's namespace (many servers; fixed-fragment/fixed-block)")
 
     @field_validator("sru", "block")
     @classmethod
@@ -418,6 +428,13 @@ class Workload(_Model):
         if v < 1:
             raise ValueError("must be at least 1 byte")
         return v
+
+    @model_validator(mode="after")
+    def _shared_server_speaks_ours(self):
+        if self.server_process == "shared" and self.kind not in ("fixed-fragment", "fixed-block"):
+            raise ValueError(f"workload.server_process shared: {self.kind} runs its own servers "
+                             "(fixed-fragment and fixed-block share one)")
+        return self
 
     def sizing(self) -> str:
         return WORKLOADS[self.kind].sizing

@@ -1,5 +1,6 @@
 """Workload drivers: the memcached multiget runs end to end on real memcached servers,
-and the servers' TCP state is read from outside the process."""
+the servers' TCP state is read from outside the process, and one shared server process
+serves many hosts' namespaces."""
 import json
 import socket
 import subprocess
@@ -55,3 +56,61 @@ def test_memcached_multiget_runs_on_real_servers(tmp_path, no_leftovers):
         assert row.bytes_acked == (blocks + warmup) * answer + len(sizes) * len(b"STORED\r\n")
     table = pd.read_parquet(tmp_path / "run" / "blocks.parquet")
     assert (table["bytes"] == senders * sru).all()
+
+
+@needs_root
+def test_shared_server_serves_each_host_from_its_own_namespace():
+    """One incast_server.py holding two hosts' listeners: each is reachable only inside
+    its namespace, sends what is asked and reports its own connection's TCP state."""
+    import concurrent.futures
+    import struct
+    import uuid
+    from incast.resources import setns
+    names = [f"incast-shared-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    server = None
+    try:
+        for n in names:
+            subprocess.run(["ip", "netns", "add", n], check=True)
+            subprocess.run(["ip", "-n", n, "link", "set", "lo", "up"], check=True)
+        server = subprocess.Popen([sys.executable, str(REPO / "hosts" / "incast_server.py"), "--port", "5001",
+                                   "--netns", f"/run/netns/{names[0]}:8", "--netns", f"/run/netns/{names[1]}"],
+                                  stdout=subprocess.PIPE, text=True)
+        assert server.stdout.readline().strip() == "READY"
+
+        def ask(size):
+            c = socket.create_connection(("127.0.0.1", 5001), timeout=10)
+            c.sendall(struct.pack("!Q", size))
+            got = 0
+            while got < size:
+                got += len(c.recv(1 << 20))
+            c.sendall(struct.pack("!Q", 0))
+            length = struct.unpack("!I", c.recv(4, socket.MSG_WAITALL))[0]
+            report = json.loads(c.recv(length, socket.MSG_WAITALL))
+            c.close()
+            return got, report
+        sizes = (3_000_000, 5_000_000)
+        for n, size in zip(names, sizes):
+            with concurrent.futures.ThreadPoolExecutor(1, initializer=setns, initargs=(f"/run/netns/{n}",)) as pool:
+                got, report = pool.submit(ask, size).result()
+            assert got == size and report["bytes_acked"] >= size, (n, got, report.get("bytes_acked"))
+        with pytest.raises(ConnectionRefusedError):   # nothing listens outside those namespaces
+            socket.create_connection(("127.0.0.1", 5001), timeout=2)
+        assert server.poll() is None
+    finally:
+        if server:
+            server.kill()
+            server.wait()
+        for n in names:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+@needs_root
+def test_shared_server_process_runs_the_incast_read(tmp_path, no_leftovers):
+    senders, sru, blocks = 4, 64 * 1024, 5
+    s = run_json("--senders", senders, "--sru", sru, "--blocks", blocks, "--link-rate", "100Mbit",
+                 "--set", "workload.server_process=shared", "--out", tmp_path / "run")
+    import pandas as pd
+    flows = pd.read_parquet(tmp_path / "run" / "flows.parquet")
+    assert sorted(flows["server"]) == [f"server{i}" for i in range(1, senders + 1)]
+    assert (flows["bytes_acked"] >= (blocks + 2) * sru).all(), flows["bytes_acked"].tolist()
+    assert s["blocks"] == blocks and s["goodput_mbps"] > 0
