@@ -75,3 +75,25 @@ def test_a_figure_runs_quick_and_is_judged(tmp_path, no_leftovers):
         assert (tmp_path / "f" / f).is_file(), f
     comp = pd.read_csv(tmp_path / "f" / "comparison.csv")
     assert list(comp["paper"]) == [500]
+
+
+@needs_root
+@pytest.mark.network
+@pytest.mark.figure
+@pytest.mark.parametrize("name", [n for n in figures.known() if n != "fast08-fig3"])
+def test_every_figure_runs_quick(name, tmp_path, no_leftovers):
+    """Every figure's quick mode, where its parts exist: it runs, draws, and gives the
+    paper-vs-ours table and a verdict for every claim (which quick grids may not test)."""
+    fig = figures.load(name)
+    why = figures.missing(fig)
+    if why:
+        pytest.skip("; ".join(why))
+    r = incast_cmd("figure", name, "--quick", "--json", "--out", tmp_path / "f")
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["quick"] and out["runs"] > 0
+    assert len(out["verdicts"]) == len(fig.claims)
+    assert all(v["verdict"] in ("holds", "does not hold", "not testable") for v in out["verdicts"])
+    assert (tmp_path / "f" / "figure.png").stat().st_size > 10_000
+    table = pd.read_parquet(tmp_path / "f" / "sweep.parquet")
+    assert len(table) == out["runs"] and (table["goodput_mbps"] > 0).all()
