@@ -99,6 +99,18 @@ def default_out(scenario: scn.Scenario) -> Path:
     return Path("results") / f"{stamp}-{scenario.name}-n{scenario.topology.senders}"
 
 
+def block_lines(scenario):
+    """Progress without a terminal for a bar: a line per block (a host following a
+    guest's run reads them)."""
+    total, done = scenario.workload.blocks * scenario.workload.repetitions, 0
+
+    def progress(n):
+        nonlocal done
+        done += n
+        print(f"block {done}/{total}", file=sys.stderr, flush=True)
+    return progress
+
+
 def cmd_run(args) -> int:
     from .experiment import run
     from .results import one_line
@@ -114,11 +126,11 @@ def cmd_run(args) -> int:
                    desc=scenario.describe(), leave=False, file=sys.stderr)
     def log(message):   # warnings always; the rest with -v
         if args.verbose or message.startswith("warning:"):
-            print(message, file=sys.stderr)
+            print(message, file=sys.stderr, flush=True)
+    progress = bar.update if bar else (block_lines(scenario) if args.verbose else None)
     try:
         # A default name is made unique (two runs in the same second); --out is the user's.
-        outcome = run(scenario, out, progress=bar.update if bar else None, log=log,
-                      unique_out=not args.out)
+        outcome = run(scenario, out, progress=progress, log=log, unique_out=not args.out)
     finally:
         if bar:
             bar.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import resource
 import selectors
 import shlex
@@ -200,7 +201,11 @@ def uml_memory_mb(scenario: Scenario) -> int:
     return 1536 + per_server * (scenario.topology.senders + 1)
 
 
-def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out: bool = False) -> Outcome:
+BLOCK_LINE = re.compile(r"block (\d+)/(\d+)$")
+
+
+def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out: bool = False,
+                 progress=None) -> Outcome:
     """Run the scenario inside a guest kernel: a QEMU VM booted with the stock or hrtimer
     kernel (clock real), or User-Mode Linux built from the same source (clock virtual).
     The same code runs inside, on the machine's root shared read-only; the results come
@@ -221,7 +226,16 @@ def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out
     inner = scenario.model_copy(update={"kernel": "host", "clock": "real"})
     claim = Claim(out, unique_out)
     out = claim.final
-    command = f"{sys.executable} -m incast run $RESULTS/scenario.toml --out $RESULTS/run --json"
+    # -v: the guest's run says what it does and a line per block, which the host
+    # follows as they are written (a run of hundreds of servers takes an hour of host time).
+    command = f"{sys.executable} -m incast run $RESULTS/scenario.toml --out $RESULTS/run --json -v"
+
+    def on_line(line: str):
+        if BLOCK_LINE.match(line):
+            if progress:
+                progress(1)
+        elif line and not line.startswith("{"):      # the last line is the summary
+            log(line if line.startswith("warning:") else f"guest: {line}")
     if virtual:
         # The guest's root is this machine's: the tools found on the caller's PATH
         # (bmv2 under /opt/p4, say) are found there, before the guest's own PATH.
@@ -231,10 +245,10 @@ def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out
         if virtual:
             log(f"starting the {variant} kernel in virtual time")
             r = uml.run(command, kernel=variant, results_dir=tmp, timeout=6 * 3600, cwd=REPO,
-                        memory_mb=uml_memory_mb(scenario), env={"PYTHONHASHSEED": "0"})
+                        memory_mb=uml_memory_mb(scenario), env={"PYTHONHASHSEED": "0"}, on_line=on_line)
         else:
             log(f"booting the {variant} kernel")
-            r = qemu.run(command, kernel=variant, results_dir=tmp, timeout=3600, cwd=REPO)
+            r = qemu.run(command, kernel=variant, results_dir=tmp, timeout=3600, cwd=REPO, on_line=on_line)
         if r.returncode != 0 or not Path(tmp, "run", "summary.json").is_file():
             lines = [ln for ln in (r.output or "").strip().splitlines() if ln.startswith("incast:")]
             why = lines[-1] if lines else ("timed out" if r.timed_out else f"exit status {r.returncode}")
@@ -247,8 +261,8 @@ def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out
                     "host_seconds": round(r.elapsed, 3), "guest_seconds": r.guest_seconds})
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "scenario.toml").write_text(to_toml(scenario))
-    log(one_line(summary) + (f" (virtual {r.guest_seconds:.2f} s in {r.elapsed:.0f} s of host time)"
-                             if virtual and r.guest_seconds is not None else ""))
+    if virtual and r.guest_seconds is not None:   # the guest has said the rest
+        log(f"virtual {r.guest_seconds:.2f} s in {r.elapsed:.0f} s of host time")
     return Outcome(run_dir=out, summary=summary)
 
 
@@ -258,7 +272,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None,
     at out-2, out-3... if another run has it). calibrating: a calibration trial (not
     judged against the calibration it is making)."""
     if scenario.kernel != "host":
-        return run_in_guest(scenario, out, log, unique_out)
+        return run_in_guest(scenario, out, log, unique_out, progress)
     auto_rate = scenario.link.rate == "auto"
     results = ResultsDir(out, unique=unique_out)     # the output location first: exit 2, nothing built
     try:

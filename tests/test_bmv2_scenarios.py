@@ -101,6 +101,23 @@ def _flags(**extra) -> list[str]:
     return [x for kv in {**BASE, **extra}.items() for x in kv]
 
 
+def test_bmv2_collapse_is_explained(tmp_path):
+    """incast explain reads a P4 switch's run as it reads a kernel bridge's: the servers'
+    capture holds every timeout the kernel counted (and no more than timeouts plus loss
+    probes), each classified, and some block waited out one of them."""
+    import json
+    from conftest import incast_cmd, run_json
+    s = run_json(*_flags(**{"--senders": str(SENDERS)}), "--capture", "--out", tmp_path / "r")
+    assert s["capture_dropped"] == 0 and s["timeouts"] > 0, s
+    r = incast_cmd("explain", str(tmp_path / "r"), "--json")
+    assert r.returncode == 0, r.stderr
+    t = json.loads(r.stdout)
+    from incast import explain
+    assert t["consistent_with_kernel"], t
+    assert sum(t[c] for c in explain.CAUSES) == t["timeouts"] > 0, t
+    assert t["blocks_decided_by_a_timeout"] > 0, t
+
+
 def test_bmv2_forwards_across_two_switches(tmp_path, measure):
     """Each switch's tables send a host behind the other switch to the trunk."""
     from conftest import run_json

@@ -43,3 +43,19 @@ def test_round_trips():
     assert format_rate(10**9) == "1Gbit"
     assert format_time_us(200_000) == "200ms"
     assert format_time_us(200) == "200us"
+
+
+def test_a_guests_output_is_followed_line_by_line(tmp_path):
+    """The host hands on each complete line of output.txt as the guest writes it, and
+    keeps a line cut mid-write until its end arrives."""
+    from incast.vm.guest import LineFollower
+    out, seen = tmp_path / "output.txt", []
+    follow = LineFollower(out, seen.append)
+    follow()                                  # not written yet
+    out.write_bytes(b"network of 3 hosts built\nblock 1/")
+    follow()
+    assert seen == ["network of 3 hosts built"]
+    with open(out, "ab") as f:
+        f.write(b"5\nblock 2/5\n")
+    follow()
+    assert seen == ["network of 3 hosts built", "block 1/5", "block 2/5"]

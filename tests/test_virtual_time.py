@@ -8,6 +8,7 @@ are not built for the current inputs (kernels/build.sh --uml) or when not root.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import run_json
+from conftest import incast_cmd, run_json
 from incast.vm import guest, uml
 
 pytestmark = pytest.mark.network
@@ -42,8 +43,13 @@ BASE = ["--clock", "virtual", "--link-rate", "1Gbit", "--buffer", "32KiB", "--sr
 
 @needs("uml-stock")
 def test_one_sender_holds_the_payload_limit_at_1gbit(tmp_path, no_leftovers):
-    s = run_json(*BASE, "--kernel", "stock", "--senders", "1", "--sru", "256KiB",
-                 "--buffer", "64KiB", "--out", tmp_path / "n1")
+    r = incast_cmd("run", *BASE, "--kernel", "stock", "--senders", "1", "--sru", "256KiB",
+                   "--buffer", "64KiB", "--out", tmp_path / "n1", "--json", "-v")
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = json.loads(r.stdout.strip().splitlines()[-1])
+    # The host follows the guest's run as it goes: what it does, and every block.
+    assert "guest: network of 2 hosts built" in r.stderr, r.stderr[-2000:]
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("block ")][-1] == "block 20/20", r.stderr[-2000:]
     limit = s["link_mbps"] * PAYLOAD_SHARE
     assert s["clock"] == "virtual" and s["fidelity"]["clock"] == "virtual"
     assert abs(s["goodput_mbps"] - limit) / limit < 0.01, (s["goodput_mbps"], limit)

@@ -144,12 +144,34 @@ def signals_raise():
             signal.signal(s, h)
 
 
+class LineFollower:
+    """Hands each complete line the guest command has written to output.txt so far to
+    ``on_line``, as it comes (a long guest run shows its progress on the host)."""
+
+    def __init__(self, path: Path, on_line):
+        self.path, self.on_line, self.offset, self.partial = path, on_line, 0, b""
+
+    def __call__(self):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        for line in lines:
+            self.on_line(line.decode(errors="replace"))
+
+
 def supervise(cmd: list[str], rdir: Path, log_name: str, timeout: float,
-              give_up=lambda waited: False) -> tuple[float, bool, bool, bytes]:
+              give_up=lambda waited: False, on_line=None) -> tuple[float, bool, bool, bytes]:
     """Run the emulator until it exits, ``timeout`` passes, or ``give_up(waited)`` says
-    so; kill it (and its session) on every way out. Returns (elapsed, timed_out,
-    gave_up, its own output)."""
+    so; kill it (and its session) on every way out. ``on_line`` gets each line of the
+    guest command's output while it runs. Returns (elapsed, timed_out, gave_up, its
+    own output)."""
     log_path = rdir / log_name
+    follow = LineFollower(rdir / "output.txt", on_line) if on_line else lambda: None
     timed_out = gave_up = False
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
@@ -165,9 +187,11 @@ def supervise(cmd: list[str], rdir: Path, log_name: str, timeout: float,
                 if give_up(waited):
                     gave_up = True
                     break
+                follow()
                 time.sleep(0.2)
     finally:
         kill(proc)
+    follow()
     return time.monotonic() - t0, timed_out, gave_up, log_path.read_bytes()
 
 

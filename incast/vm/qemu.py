@@ -96,7 +96,7 @@ def run(command: str | list[str], kernel: str | os.PathLike = "stock", *,
         results_dir: str | os.PathLike | None = None, timeout: float = 900,
         cpus: int = 2, memory_mb: int = 2048, cwd: str | os.PathLike | None = None,
         env: dict[str, str] | None = None, append: str = "", accel: str | None = None,
-        check: bool = False) -> VMResult:
+        check: bool = False, on_line=None) -> VMResult:
     """Boot ``kernel``, run ``command`` (a shell string, or an argv list) as root in the
     guest, and return its status and output once the guest has powered off.
 
@@ -105,7 +105,8 @@ def run(command: str | list[str], kernel: str | os.PathLike = "stock", *,
     $RESULTS: put anything the caller should read there. ``env`` adds environment
     variables; ``cwd`` defaults to the caller's directory (the same path in the guest).
     On timeout QEMU is killed and ``timed_out`` is set (``returncode`` is None).
-    With ``check``, a non-zero or missing status raises VMError.
+    With ``check``, a non-zero or missing status raises VMError. ``on_line`` gets each
+    line of the command's output as it is written.
     """
     global _kvm_broken
     image = find_kernel(kernel, VARIANTS, "bzImage")
@@ -125,13 +126,13 @@ def run(command: str | list[str], kernel: str | os.PathLike = "stock", *,
                 and (not console.exists() or console.stat().st_size == 0))
 
     elapsed, timed_out, kvm_failed, qemu_out = supervise(cmd, rdir, "qemu-output.txt", timeout,
-                                                         kvm_silent)
+                                                         kvm_silent, on_line=on_line)
     if auto and accel == "kvm" and not (rdir / "exit-status").exists() and not timed_out \
             and (kvm_failed or elapsed < KVM_SILENCE_S):
         _kvm_broken = True      # KVM opens but does not run this guest: use TCG from now on
         return run(command, kernel, results_dir=rdir, timeout=timeout, cpus=cpus,
                    memory_mb=memory_mb, cwd=cwd, env=env, append=append, accel="tcg",
-                   check=check)
+                   check=check, on_line=on_line)
     return collect(rdir, console, elapsed, timed_out, accel, image, qemu_out, "qemu", check)
 
 

@@ -63,17 +63,19 @@ def uml_command(image: Path, rdir: Path, *, memory_mb: int, append: str = "") ->
 def run(command: str | list[str], kernel: str | os.PathLike = "uml-stock", *,
         results_dir: str | os.PathLike | None = None, timeout: float = 3600,
         memory_mb: int = 3072, cwd: str | os.PathLike | None = None,
-        env: dict[str, str] | None = None, append: str = "", check: bool = False) -> VMResult:
+        env: dict[str, str] | None = None, append: str = "", check: bool = False,
+        on_line=None) -> VMResult:
     """Boot the UML ``kernel`` in virtual time, run ``command`` as root in it, and return
     its status and output once it has powered off. ``results_dir`` (a fresh temporary
     directory by default) is writable from the guest as $RESULTS. ``timeout`` is in host
-    seconds; on timeout UML is killed and ``timed_out`` is set."""
+    seconds; on timeout UML is killed and ``timed_out`` is set. ``on_line`` gets each
+    line of the command's output as it is written."""
     image = find_kernel(variant(str(kernel)), VARIANTS, "linux", BUILD_HINT)
     rdir = prepare(command, results_dir, cwd, env, "/run/incast-vm/results")
     rdir = rdir.resolve()
     cmd = uml_command(image, rdir, memory_mb=memory_mb, append=append)
     (rdir / "uml-command.txt").write_text(shlex.join(cmd) + "\n")
-    elapsed, timed_out, _, out = supervise(cmd, rdir, "console.log", timeout)
+    elapsed, timed_out, _, out = supervise(cmd, rdir, "console.log", timeout, on_line=on_line)
     return collect(rdir, rdir / "console.log", elapsed, timed_out, "uml", image, out, "uml", check)
 
 
