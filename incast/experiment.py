@@ -344,6 +344,14 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
         # Namespaces may only pick algorithms the init namespace allows.
         res.set_global_sysctl("net.ipv4.tcp_allowed_congestion_control",
                               " ".join(features.cc_allowed + wanted))
+    # The kernel keeps one ARP table for all namespaces, and past gc_thresh3 entries it
+    # refuses new neighbours ("No route to host"). The client has every server for a
+    # neighbour and each server the client: a thousand servers pass the default 1024.
+    hosts = len(scenario.topology.hosts())
+    for level, need in (("gc_thresh1", 2 * hosts), ("gc_thresh2", 3 * hosts), ("gc_thresh3", 4 * hosts)):
+        key = f"net.ipv4.neigh.default.{level}"
+        if int(Path("/proc/sys", key.replace(".", "/")).read_text()) < need:
+            res.set_global_sysctl(key, str(need))
     res.create_world()
     # Mininet keeps pipes to every host's shell: hundreds of hosts pass 1024 files.
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
