@@ -99,20 +99,8 @@ def default_out(scenario: scn.Scenario) -> Path:
     return Path("results") / f"{stamp}-{scenario.name}-n{scenario.topology.senders}"
 
 
-def block_lines(scenario):
-    """Progress without a terminal for a bar: a line per block (a host following a
-    guest's run reads them)."""
-    total, done = scenario.workload.blocks * scenario.workload.repetitions, 0
-
-    def progress(n):
-        nonlocal done
-        done += n
-        print(f"block {done}/{total}", file=sys.stderr, flush=True)
-    return progress
-
-
 def cmd_run(args) -> int:
-    from .experiment import run
+    from .experiment import block_lines, run
     from .results import one_line
     data, overrides = scenario_from_args(args)
     scenario = scn.build(data, overrides)

@@ -204,6 +204,18 @@ def uml_memory_mb(scenario: Scenario) -> int:
 BLOCK_LINE = re.compile(r"block (\d+)/(\d+)$")
 
 
+def block_lines(scenario):
+    """Progress without a terminal for a bar: a line per block, as BLOCK_LINE reads
+    them (a host following a guest's run)."""
+    total, done = scenario.workload.blocks * scenario.workload.repetitions, 0
+
+    def progress(n):
+        nonlocal done
+        done += n
+        print(f"block {done}/{total}", file=sys.stderr, flush=True)
+    return progress
+
+
 def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out: bool = False,
                  progress=None) -> Outcome:
     """Run the scenario inside a guest kernel: a QEMU VM booted with the stock or hrtimer
@@ -349,9 +361,7 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     # neighbour and each server the client: a thousand servers pass the default 1024.
     hosts = len(scenario.topology.hosts())
     for level, need in (("gc_thresh1", 2 * hosts), ("gc_thresh2", 3 * hosts), ("gc_thresh3", 4 * hosts)):
-        key = f"net.ipv4.neigh.default.{level}"
-        if int(Path("/proc/sys", key.replace(".", "/")).read_text()) < need:
-            res.set_global_sysctl(key, str(need))
+        res.raise_global_sysctl(f"net.ipv4.neigh.default.{level}", need)
     res.create_world()
     # Mininet keeps pipes to every host's shell: hundreds of hosts pass 1024 files.
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
@@ -584,9 +594,8 @@ def _pause_summary(scenario, pause: dict) -> dict:
             "paused_ms": round(pause["paused_ms"], 3),
             "pause_reaction_us_p50": float(np.median(reactions)) if reactions else None,
             "pause_reaction_us_p99": float(np.percentile(reactions, 99)) if reactions else None,
-            # With class queues: the smallest class's (class 0's when they share equally).
-            **dict(zip(("pause_xoff_bytes", "pause_xon_bytes"), min(scenario.switch.class_pause_thresholds(
-                scenario.link.mtu, scenario.topology.senders)))),
+            **dict(zip(("pause_xoff_bytes", "pause_xon_bytes"), scenario.switch.port_pause_thresholds(
+                scenario.link.mtu, scenario.topology.senders))),
             **pause}
 
 

@@ -198,6 +198,12 @@ class Run:
         self._save()
         path.write_text(value)
 
+    def raise_global_sysctl(self, key: str, at_least: int) -> None:
+        """Raise a numeric init-namespace sysctl to at_least (never lower it), restored
+        at teardown like set_global_sysctl's."""
+        if int(Path("/proc/sys", key.replace(".", "/")).read_text()) < at_least:
+            self.set_global_sysctl(key, str(at_least))
+
     # --- teardown --------------------------------------------------------------------
     def teardown(self) -> None:
         try:

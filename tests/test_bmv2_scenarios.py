@@ -101,7 +101,7 @@ def _flags(**extra) -> list[str]:
     return [x for kv in {**BASE, **extra}.items() for x in kv]
 
 
-def test_bmv2_collapse_is_explained(tmp_path):
+def test_bmv2_collapse_is_explained(tmp_path, no_leftovers):
     """incast explain reads a P4 switch's run as it reads a kernel bridge's: the servers'
     capture holds every timeout the kernel counted (and no more than timeouts plus loss
     probes), each classified, and some block waited out one of them."""

@@ -30,14 +30,15 @@ class Entry:
     telemetry_sampling: bool = False  # telemetry.sample other than "all" (records chosen in the switch)
     ecn: bool = False               # marks CE above switch.ecn (where the kernel/program can)
     multi_switch: bool = False      # forwards across several switches (topologies beyond star)
-    max_ports: int = 0              # host ports a switch can have (0: the topology's limit)
+    max_ports: int = 0              # host ports a switch takes
 
 
 # The one place a data plane is registered: the factory, the scenario's allowed values
 # and the CLI help all read it.
 REGISTRY: dict[str, Entry] = {
     "linux": Entry("incast.dataplane.linux", "LinuxDataPlane", "kernel bridge + tc", calibrated=True,
-                   ecn=True, multi_switch=True, pause=True, pfc=True, pause_rx=True),
+                   ecn=True, multi_switch=True, pause=True, pfc=True, pause_rx=True,
+                   max_ports=1023),   # the kernel's BR_MAX_PORTS (1024) less port 0
     "bmv2": Entry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True, pfc=True,
                   packet_buffers=False, host_tx_checksum=True, telemetry_sampling=True, ecn=True,
                   multi_switch=True, max_ports=500),   # incast.p4's NPORTS, 510 is telemetry

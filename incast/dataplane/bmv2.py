@@ -256,15 +256,11 @@ class Bmv2DataPlane(DataPlane):
         for dscp, c in enumerate(s.switch.qos.dscp_table()):
             if c:
                 cmds.append(f"table_add IncastIngress.classify_dscp IncastIngress.set_class {dscp} => {c}")
-        thresholds = s.switch.class_pause_thresholds(mtu, s.topology.senders)
-        # 802.3x compares the port's queues together with one XOFF. With class queues
-        # that is the smallest class XOFF: the port's bytes are at least any class's,
-        # so the port pauses before any class queue can pass its own XOFF.
-        xoff, xon = min(thresholds)
+        xoff, xon = s.switch.port_pause_thresholds(mtu, s.topology.senders)
         if s.switch.pause.enabled and s.switch.pause.pfc:
             # PFC: each class queue against its own XOFF/XON (as the linux plane's).
             for p in host_ports:
-                for c, (cx, cy) in enumerate(thresholds):
+                for c, (cx, cy) in enumerate(s.switch.class_pause_thresholds(mtu, s.topology.senders)):
                     cmds += [f"register_write xoff_bytes {p.number * 8 + c} {cx}",
                              f"register_write xon_bytes {p.number * 8 + c} {cy}"]
         quanta = s.switch.pause.quanta
