@@ -374,7 +374,7 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     client = net.get(topo.client)
     servers = [net.get(s) for s in topo.servers]
     res.name_host_netns({h.name: h.pid for h in net.hosts})
-    applied = hostconfig.configure_hosts(net.hosts, scenario, features)
+    applied = hostconfig.configure_hosts(net.hosts, servers, scenario, features)
     results.write_json("tcp_hosts.json", applied)
     dp.configure(net, topo)
     for name, text in dp.artifacts().items():

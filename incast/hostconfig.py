@@ -176,7 +176,26 @@ def pause_agent_args(dev: str, scenario, features=None) -> list[str]:
     return args
 
 
-def host_script(host, scenario, tcp: TcpProfile, features) -> str:
+def static_neighbours(hosts, servers) -> dict[str, list[tuple[str, str]]]:
+    """Per host, the (IP, MAC) of the hosts it exchanges packets with: a server, every
+    host that is not a server (the client, background hosts); any other host, every host.
+
+    Entered as permanent neighbours, so no host resolves an address during a run. Why:
+    the client's ARP requests for a thousand servers are flooded to every switch port
+    at once, a thousand broadcast frames on each port overflow a shallow buffer (more
+    than 32 KiB from about 780 servers), the requests are lost again on every retry,
+    and the connections fail with "No route to host". Address resolution is not what
+    the testbed measures."""
+    server_names = {s.name for s in servers}
+    addr = {h.name: (h.IP(), h.MAC()) for h in hosts}
+    talkers = [addr[h.name] for h in hosts if h.name not in server_names]
+    every = list(addr.values())
+    return {h.name: [a for a in (talkers if h.name in server_names else every) if a != addr[h.name]]
+            for h in hosts}
+
+
+def host_script(host, scenario, tcp: TcpProfile, features,
+                neighbours: list[tuple[str, str]] = ()) -> str:
     intf = host.defaultIntf().name
     ip = host.IP()
     sysctls = " ".join(f"{k}={v}" for k, v in tcp.sysctls.items())
@@ -191,10 +210,15 @@ def host_script(host, scenario, tcp: TcpProfile, features) -> str:
     ]
     if metrics:
         lines.append(f"ip route replace 10.0.0.0/8 dev {intf} proto kernel scope link src {ip} {metrics}")
+    if neighbours:
+        lines += ["ip -batch - <<'NEIGHBOURS'",
+                  *(f"neigh replace {nip} lladdr {mac} dev {intf} nud permanent" for nip, mac in neighbours),
+                  "NEIGHBOURS"]
     lines.append("echo CONFIGURED")
     # Read back what the namespace now has: the results report that, not the request.
     lines.append(f"sysctl {' '.join(tcp.sysctls)}")
     lines.append("ip route show 10.0.0.0/8 | sed 's/^/route: /'")
+    lines.append("echo \"static neighbours: $(ip neigh show nud permanent | wc -l)\"")
     return "\n".join(lines)
 
 
@@ -206,14 +230,16 @@ def host_popen(host, cmd: list[str], **kwargs) -> subprocess.Popen:
     return subprocess.Popen(["nsenter", f"--net=/proc/{host.pid}/ns/net", "--", *cmd], **kwargs)
 
 
-def configure_hosts(hosts, scenario, features) -> dict[str, dict]:
-    """Apply each host's TCP profile and its NIC (all hosts in parallel); raise with the
-    first host's error. Returns, per host, its profile's name and the TCP settings read
+def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
+    """Apply each host's TCP profile, its NIC and its static neighbours (all hosts in
+    parallel); raise with the first host's error. Returns, per host, its profile's name and the TCP settings read
     back from its namespace (sysctls, and the route carrying the per-route options)."""
     procs = []
+    neighbours = static_neighbours(hosts, servers)
     for h in hosts:
         tcp = TcpProfile.of(scenario, features, h.name)
-        procs.append((h, host_popen(h, ["sh", "-c", host_script(h, scenario, tcp, features)],
+        script = host_script(h, scenario, tcp, features, neighbours[h.name])
+        procs.append((h, host_popen(h, ["sh", "-c", script],
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     failed, applied = [], {}
     for h, p in procs:
@@ -225,8 +251,9 @@ def configure_hosts(hosts, scenario, features) -> dict[str, dict]:
         readback = out.split("CONFIGURED", 1)[1].strip().splitlines()
         sysctls = dict(ln.split(" = ", 1) for ln in readback if " = " in ln)
         route = next((ln[len("route: "):] for ln in readback if ln.startswith("route: ")), "")
+        statics = next((ln.split(": ", 1)[1] for ln in readback if ln.startswith("static neighbours: ")), "0")
         applied[h.name] = {"profile": scenario.tcp.profile_of(h.name) or "tcp", "sysctls": sysctls,
-                           "route": route.strip()}
+                           "route": route.strip(), "static_neighbours": int(statics)}
     if failed:
         raise RuntimeError(failed[0])
     return applied

@@ -29,6 +29,32 @@ def test_each_host_runs_its_own_profile(tmp_path, no_leftovers):
     assert [h for h, a in applied.items() if "quickack 1" in a["route"]] == ["client"]
     assert {h: a["profile"] for h, a in applied.items()} == {
         "client": "stock_client", "server1": "tcp", "server2": "fast", "server3": "tcp"}
+    # Addresses are resolved before the run: the client knows every server, a server the client.
+    assert {h: a["static_neighbours"] for h, a in applied.items()} == {
+        "client": 3, "server1": 1, "server2": 1, "server3": 1}
     # The summary's headline is the servers' role; it names the assignments.
     assert s["rto_min_us"] == 10_000 and s["cc"] == "reno"
     assert s["tcp_hosts"] == {"client": "stock_client", "server2": "fast"}
+
+
+class _Host:
+    def __init__(self, name, ip, mac):
+        self.name, self._ip, self._mac = name, ip, mac
+
+    def IP(self):
+        return self._ip
+
+    def MAC(self):
+        return self._mac
+
+
+def test_static_neighbours_cover_every_measured_path():
+    from incast.hostconfig import static_neighbours
+    client, near = _Host("client", "10.0.0.1", "aa:00:00:00:00:01"), _Host("near1", "10.0.0.9", "aa:00:00:00:00:09")
+    servers = [_Host(f"server{i}", f"10.0.0.{i + 1}", f"aa:00:00:00:00:0{i + 1}") for i in (1, 2)]
+    n = static_neighbours([client, *servers, near], servers)
+    # A server talks to the client and to hosts that are not servers, never to another server.
+    assert n["server1"] == [("10.0.0.1", "aa:00:00:00:00:01"), ("10.0.0.9", "aa:00:00:00:00:09")]
+    # Any other host knows every host but itself.
+    assert [ip for ip, _ in n["client"]] == ["10.0.0.2", "10.0.0.3", "10.0.0.9"]
+    assert [ip for ip, _ in n["near1"]] == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
