@@ -582,6 +582,22 @@ class Scenario(_Model):
     def fragments(self) -> list[int]:
         return self.workload.fragments(self.topology.senders)
 
+    def pause_headroom_us(self) -> float | None:
+        """With PAUSE (or PFC) on: how long the buffer above XOFF takes every server's
+        frames at the link rate, the smallest over the queues PAUSE watches. A switch
+        that learns of its queue later than that drops what PAUSE would have held back.
+        None without PAUSE or with a buffer counted in packets."""
+        sw = self.switch
+        if not sw.pause.enabled or sw.buffer is None or not self.link.rate:
+            return None
+        mtu, senders = self.link.mtu, self.topology.senders
+        if sw.pause.pfc:      # each class queue against its own XOFF
+            room = [lim - xoff for lim, (xoff, _) in
+                    zip(sw.class_limits(mtu), sw.class_pause_thresholds(mtu, senders))]
+        else:                 # 802.3x: the port's buffer against the port's XOFF
+            room = [sw.buffer - sw.port_pause_thresholds(mtu, senders)[0]]
+        return min(room) * 8 / (senders * self.link.rate) * 1e6
+
     def block_bytes(self) -> int:
         return sum(self.fragments())
 

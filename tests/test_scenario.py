@@ -231,3 +231,15 @@ def test_flow_control_thresholds_are_each_class_queues():
     leaves = [ln for ln in port_tc_commands("p1", s) if "parent 1:1" in ln and "handle 1" in ln]
     assert any("plug limit 32768" in ln for ln in leaves)
     assert any("plug release_indefinite" in ln for ln in leaves)
+
+
+def test_pause_headroom_is_the_buffer_above_xoff_at_every_senders_rate():
+    assert build({}, {"senders": "8"}).pause_headroom_us() is None       # no PAUSE
+    s = build({}, {"senders": "8", "buffer": "32KiB", "link_rate": "10Mbit", "pause": "on"})
+    xoff, _ = s.switch.port_pause_thresholds(s.link.mtu, 8)
+    # 8 servers at 10 Mbit/s fill the 32 KiB above XOFF in a few milliseconds; twice the
+    # rate halves it.
+    assert s.pause_headroom_us() == pytest.approx((32768 - xoff) * 8 / 80e6 * 1e6)
+    assert 1000 < s.pause_headroom_us() < 4000
+    faster = build({}, {"senders": "8", "buffer": "32KiB", "link_rate": "20Mbit", "pause": "on"})
+    assert faster.pause_headroom_us() == pytest.approx(s.pause_headroom_us() / 2)

@@ -357,6 +357,14 @@ class Bmv2DataPlane(DataPlane):
                 f"{LATE_US / 1000:g} ms before its ingress (longest {out['switch_ingress_wait_max_us'] / 1000:.1f} "
                 "ms), in a queue no buffer limit or PAUSE reaches; a lower link rate or fewer servers keep "
                 "the switch's own buffer in charge")
+        lag = self.scenario.pause_headroom_us()
+        if lag is not None and out["switch_ingress_wait_max_us"] > lag:
+            warnings.append(
+                f"warning: PAUSE could not keep this switch lossless: a packet waited "
+                f"{out['switch_ingress_wait_max_us'] / 1000:.1f} ms before its ingress, and the buffer above "
+                f"XOFF holds only {lag / 1000:.1f} ms of every sender at the link rate; frames that arrive "
+                "while the switch has not yet seen its queue pass XOFF are dropped by the emulator's lag, "
+                "not by the switch (a lower link rate, fewer servers, or --clock virtual)")
         return out, warnings
 
     def paced_ports(self) -> list[Port]:
