@@ -366,7 +366,7 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     # namespaces. When a thousand servers send at the same instant (virtual time, one
     # CPU) they queue there before the switch sees them, and past netdev_max_backlog
     # (1000) the kernel drops outside the switch (measured: 20 frames at 1020 servers).
-    # Room for a NIC's burst (NIC_SLACK_FRAMES_MAX + 1 frames) from every host.
+    # Room for every host's largest NIC burst (a frame plus NIC_SLACK_FRAMES_MAX) and one more.
     res.raise_global_sysctl("net.core.netdev_max_backlog",
                             (hostconfig.NIC_SLACK_FRAMES_MAX + 2) * hosts)
     res.create_world()
