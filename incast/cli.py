@@ -13,11 +13,11 @@ import time
 import tomllib
 from pathlib import Path
 
-from . import scenario as scn
-from .dataplane import REGISTRY
-from .workload import REGISTRY as WORKLOADS
+from incast import scenario as scn
+from incast.errors import EXIT_FAILED, EXIT_INTERRUPTED, IncastError, UsageError
+from incast.dataplane import REGISTRY
+from incast.workload import REGISTRY as WORKLOADS
 
-EXIT_USAGE, EXIT_MISSING, EXIT_FAILED = 2, 3, 1
 
 # (flag, scenario field, help). Values are validated by the scenario model, not here.
 RUN_FLAGS = [
@@ -55,10 +55,6 @@ RUN_FLAGS = [
 ]
 
 
-class UsageError(Exception):
-    pass
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(f"{self.prog}: {message}")
@@ -73,6 +69,17 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
                    help="capture packet headers at every server's NIC (what incast explain reads)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="set any scenario field, e.g. switch.qos.weights=[2,1]")
+
+
+def _add_campaign_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="points at once (default: one per core where all are in virtual time, else 1)")
+    p.add_argument("--force-jobs", action="store_true",
+                   help="allow --jobs > 1 for real-time points (each run's fidelity records the others)")
+    p.add_argument("--executor", metavar="WHERE",
+                   help="local (default), dask://HOST:PORT or a Dask scheduler file: where points run")
+    p.add_argument("--fresh", action="store_true",
+                   help="measure every point again, even those the point store already holds")
 
 
 def scenario_from_args(args) -> tuple[dict, dict]:
@@ -100,8 +107,9 @@ def default_out(scenario: scn.Scenario) -> Path:
 
 
 def cmd_run(args) -> int:
-    from .experiment import block_lines, run
-    from .results import one_line
+    from incast.run import calibrate
+    from incast.run.experiment import block_lines, run
+    from incast.measure.results import one_line
     data, overrides = scenario_from_args(args)
     scenario = scn.build(data, overrides)
     out = Path(args.out) if args.out else default_out(scenario)
@@ -116,6 +124,7 @@ def cmd_run(args) -> int:
         if args.verbose or message.startswith("warning:"):
             print(message, file=sys.stderr, flush=True)
     progress = bar.update if bar else (block_lines(scenario) if args.verbose else None)
+    calibrate.ensure(scenario, log)
     try:
         # A default name is made unique (two runs in the same second); --out is the user's.
         outcome = run(scenario, out, progress=progress, log=log, unique_out=not args.out)
@@ -132,29 +141,44 @@ def cmd_run(args) -> int:
 def cmd_sweep(args) -> int:
     from tqdm import tqdm
 
-    from . import sweep
-    data, overrides = scenario_from_args(args)
-    file_grid = tomllib.loads(Path(args.scenario_file).read_text()).get("sweep") if args.scenario_file else None
-    grid = sweep.parse_grid(args.grid, file_grid)
+    from incast.report.plots import plot_sweep_dir
+    from incast.run import calibrate, sweep
+    if args.resume:
+        if not args.out:
+            raise UsageError("--resume needs --out: the sweep to continue")
+        before = sweep.resume_args(Path(args.out))
+        data, overrides, grid = before.get("base", {}), before.get("overrides", {}), before["grid"]
+        repeat = before.get("repeat", args.repeat)
+    else:
+        data, overrides = scenario_from_args(args)
+        file_grid = (tomllib.loads(Path(args.scenario_file).read_text()).get("sweep")
+                     if args.scenario_file else None)
+        grid = sweep.parse_grid(args.grid, file_grid)
+        repeat = args.repeat
     points = sweep.expand(data, overrides, grid)
     out = Path(args.out) if args.out else Path("results") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
-    def log(message):   # warnings and the auto rate always; the rest with -v
-        if args.verbose or message.startswith(("warning:", "link.rate auto")):
+    def log(message):   # warnings, the auto rate and the store always; the rest with -v
+        if args.verbose or message.startswith(("warning:", "link.rate auto")) or "already measured" in message:
             tqdm.write(message, file=sys.stderr)
+    calibrate.ensure(points[0][1], log)
     t_start = time.monotonic()
     quiet = not sys.stderr.isatty() and not args.verbose
     # A default name is made unique (two sweeps in the same second); --out is the user's.
-    result = sweep.run_sweep(points, grid, args.repeat, out, unique=not args.out,
+    result = sweep.run_sweep(points, grid, repeat, out, unique=not args.out,
                              meta={"base": data, "overrides": overrides}, log=log,
-                             progress=lambda runs: tqdm(runs, unit="run", file=sys.stderr, disable=quiet))
+                             progress=lambda runs: tqdm(total=len(runs), unit="run", file=sys.stderr, disable=quiet),
+                             jobs=args.jobs, executor=args.executor, force_jobs=args.force_jobs,
+                             fresh=args.fresh)
     final = result.final
-    print(f"{result.runs - result.failures}/{result.runs} runs in {time.monotonic() - t_start:.0f} s "
+    plot_sweep_dir(final, grid)
+    reused = f" ({result.reused} from earlier runs)" if result.reused else ""
+    print(f"{result.runs - result.failures}/{result.runs} runs{reused} in {time.monotonic() - t_start:.0f} s "
           f"-> {final}/sweep.parquet, {final}/goodput.png")
     return 1 if result.failures else 0
 
 
 def cmd_cleanup(args) -> int:
-    from .resources import cleanup_all
+    from incast.machine.resources import cleanup_all
     removed = cleanup_all()
     for r in removed:
         print(f"removed {r['token']}: {r['processes']} processes, {r['namespaces']} namespaces")
@@ -181,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=1, metavar="R",
                    help="runs per grid point (fresh network, seed+r each); the plot shows their spread")
     p.add_argument("--out", help="sweep directory to create (default results/sweep-<time>)")
+    _add_campaign_args(p)
+    p.add_argument("--resume", action="store_true",
+                   help="continue the interrupted sweep at --out with its own arguments (finished points are kept)")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=cmd_sweep)
 
@@ -188,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.add_argument("--port", help="switch port to plot (default: the bottleneck)")
     p.add_argument("--out", help="image file (default RUN_DIR/queue.png)")
-    p.set_defaults(func=lambda a: __import__("incast.plots", fromlist=["cmd_telemetry"]).cmd_telemetry(a))
+    p.set_defaults(func=lambda a: __import__("incast.report.plots", fromlist=["cmd_telemetry"]).cmd_telemetry(a))
 
     p = sub.add_parser("compare", help="bars of summary fields for a few runs side by side (--blocks: their block times)")
     p.add_argument("run_dirs", nargs="+")
@@ -199,14 +226,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--blocks", action="store_true",
                    help="instead of bars: each run's block durations over time (stalls, a pause storm's window)")
     p.add_argument("--out", default="compare.png", help="image file (default compare.png)")
-    p.set_defaults(func=lambda a: __import__("incast.plots", fromlist=["cmd_compare"]).cmd_compare(a))
+    p.set_defaults(func=lambda a: __import__("incast.report.plots", fromlist=["cmd_compare"]).cmd_compare(a))
 
     p = sub.add_parser("figure", help="list the papers' figures, or run one and compare it with the paper")
     p.add_argument("name", nargs="?", default="list", help="a figure (incast figure list), or list")
     p.add_argument("--quick", action="store_true", help="a small grid and few blocks (minutes)")
     p.add_argument("--out", help="directory to create (default results/figure-NAME-<time>)")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
-    p.set_defaults(func=lambda a: __import__("incast.figures", fromlist=["cmd_figure"]).cmd_figure(a))
+    _add_campaign_args(p)
+    p.set_defaults(func=lambda a: __import__("incast.report.figures", fromlist=["cmd_figure"]).cmd_figure(a))
 
     p = sub.add_parser("lab", help="teaching labs: list them, or check a student's answers")
     p.add_argument("action", choices=["list", "check", "starter"],
@@ -220,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.add_argument("--out", help="image file (default RUN_DIR/explain.png)")
     p.add_argument("--json", action="store_true", help="print the breakdown as JSON")
-    p.set_defaults(func=lambda a: __import__("incast.explain", fromlist=["cmd_explain"]).cmd_explain(a))
+    p.set_defaults(func=lambda a: __import__("incast.report.explain", fromlist=["cmd_explain"]).cmd_explain(a))
 
     p = sub.add_parser("probe", help="show what this machine's kernel can do")
     p.set_defaults(func=cmd_probe)
@@ -237,8 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_probe(args) -> int:
-    from . import calibrate
-    from .probe import probe
+    from incast.run import calibrate
+    from incast.machine.probe import probe
     f = probe()
     for line in f.summary_lines():
         print(line)
@@ -251,8 +279,8 @@ def cmd_probe(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from . import calibrate
-    from .probe import probe
+    from incast.run import calibrate
+    from incast.machine.probe import probe
     probe()     # root, tools: fail before anything runs
     def log(message):
         if args.verbose:
@@ -269,29 +297,30 @@ def cmd_calibrate(args) -> int:
 
 
 def main(argv=None) -> int:
-    from .probe import MissingFeature
-    from .results import OutputUnusable, ResultsExist
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
-    except (UsageError, scn.ScenarioError, ResultsExist, OutputUnusable) as e:
-        print(f"incast: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except MissingFeature as e:
-        print(f"incast: missing: {e}", file=sys.stderr)
-        return EXIT_MISSING
+    except IncastError as e:    # its class says the exit status and how the line starts
+        print(f"incast: {e.label}{e}", file=sys.stderr)
+        if e.exit_code == EXIT_FAILED and _verbose(argv):
+            raise
+        return e.exit_code
     except BrokenPipeError:
         # The reader went away (`incast probe | head -1`): not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
         print("incast: interrupted; everything the run created was removed", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as e:  # a failed run: one line, then the cause for debugging
         print(f"incast: run failed: {e}", file=sys.stderr)
-        if "--verbose" in (argv or sys.argv) or "-v" in (argv or sys.argv):
+        if _verbose(argv):
             raise
         return EXIT_FAILED
+
+
+def _verbose(argv) -> bool:
+    return "--verbose" in (argv or sys.argv) or "-v" in (argv or sys.argv)
 
 
 if __name__ == "__main__":

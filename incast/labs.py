@@ -20,12 +20,13 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .scenario import ScenarioError
 
-LABS_DIR = Path(__file__).resolve().parent.parent / "labs"
+from incast.errors import BadInput
+
+from incast.constants import LABS_DIR
 
 
-class LabError(ScenarioError):
+class LabError(BadInput):
     """Bad input (exit 2), as the CLI reports scenario errors."""
 
 
@@ -82,7 +83,7 @@ def check(lab: Lab, answers: dict) -> list[str]:
 
 def cmd_lab(args) -> int:
     if args.action == "starter":
-        from . import p4program
+        from incast.p4 import program as p4program
         lab = get(args.number) if args.number is not None else None
         if lab is None:
             raise LabError("incast lab starter N [DIR]: which lab?")
@@ -106,7 +107,7 @@ def cmd_lab(args) -> int:
     lab = get(args.number)
     why = lab.needs()
     if why:
-        from .probe import MissingFeature
+        from incast.errors import MissingFeature
         raise MissingFeature(f"lab {lab.number}: " + "; ".join(why))
     answers = load_answers(Path(args.answers) if args.answers else Path.cwd() / "answers.toml")
     problems = check(lab, answers)
@@ -186,7 +187,7 @@ def sentence(answers: dict, key: str, words: tuple[str, ...], hint: str, problem
 
 def p4_missing() -> list[str]:
     """What a P4 lab needs that this machine lacks."""
-    from .dataplane.bmv2 import tool
+    from incast.dataplane.bmv2 import tool
     return [f"{t} (p4lang's packages; the Vagrant VM has them)" for t in ("p4c-bm2-ss", "simple_switch")
             if not tool(t) and not shutil.which(t)]
 

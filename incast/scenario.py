@@ -17,12 +17,12 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
                       create_model, field_validator, model_validator)
 
-from .units import (format_rate, format_size, format_time_us, parse_rate, parse_size,
+from incast.constants import ETH_HLEN
+from incast.units import (format_rate, format_size, format_time_us, parse_rate, parse_size,
                     parse_time_us)
-from .workload import REGISTRY as WORKLOADS
+from incast.workload import REGISTRY as WORKLOADS
+from incast.errors import ScenarioError
 
-# Ethernet header bytes that tc's byte counters and bfifo limits include.
-ETH_HLEN = 14
 
 Size = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
 Rate = Annotated[int, BeforeValidator(parse_rate), Field(gt=0)]
@@ -54,12 +54,12 @@ def _registered(what: str, names):
 
 
 def _dataplanes():
-    from .dataplane import REGISTRY    # imports pandas: only when a scenario is validated
+    from incast.dataplane import REGISTRY    # imports pandas: only when a scenario is validated
     return REGISTRY
 
 
 def _topologies():
-    from .topology import known
+    from incast.network.topology import known
     return known()
 
 
@@ -512,7 +512,7 @@ class Scenario(_Model):
 
     @model_validator(mode="after")
     def _fits(self):
-        from .dataplane import REGISTRY
+        from incast.dataplane import REGISTRY
         self.switch.class_limits(self.link.mtu)   # raises with a clear message
         plane = REGISTRY[self.dataplane]
         can = list(REGISTRY)
@@ -662,10 +662,6 @@ DESCRIBE_PART = {"topology.senders": "senders", "workload.sru": "load", "workloa
                  "workload.kind": "load", "link.rate": "rate", "switch.buffer": "buffer",
                  "switch.buffer_packets": "buffer", "switch.qos.queues": "buffer", "tcp.cc": "cc",
                  "tcp.rto_min": "rto_min", "dataplane": "dataplane"}
-
-
-class ScenarioError(ValueError):
-    """A bad scenario: one line naming the field and what is allowed."""
 
 
 def resolve_field(name: str) -> str:

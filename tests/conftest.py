@@ -11,6 +11,21 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config):
+    """Every test measures: the sweeps of this session keep their points in a store of
+    the session's own (removed at its end), never in one an earlier run filled."""
+    import tempfile
+    if not os.environ.get("INCAST_TEST_KEEP_POINTS"):
+        config._incast_points = tempfile.TemporaryDirectory(prefix="incast-test-points-")
+        os.environ["INCAST_POINTS"] = config._incast_points.name
+
+
+def pytest_unconfigure(config):
+    tmp = getattr(config, "_incast_points", None)
+    if tmp is not None:
+        tmp.cleanup()
+
+
 def incast_cmd(*args, check=False, timeout=900):
     """Run the CLI as users do (a fresh process), returning the CompletedProcess."""
     return subprocess.run([sys.executable, "-m", "incast", *map(str, args)], cwd=REPO,
@@ -62,7 +77,7 @@ def our_state() -> set[str]:
 def faithful_rate_bps(senders: int) -> int:
     """The highest rate this machine emulates faithfully for `senders` servers
     (incast calibrate; measured once per machine and cached)."""
-    from incast import calibrate
+    from incast.run import calibrate
     return calibrate.faithful_rate(calibrate.calibrate(), senders)
 
 

@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from incast.plots import idle_gaps, plot_sweep
-from incast.results import Claim, ResultsDir, ResultsExist, is_complete, one_line, summarize
-from incast.telemetry import COLUMNS, _ip_key, bpftrace_program, decode_raw
+from incast.report.plots import idle_gaps, plot_sweep
+from incast.measure.results import Claim, ResultsDir, ResultsExist, is_complete, one_line, summarize
+from incast.measure.telemetry import COLUMNS, _ip_key, bpftrace_program, decode_raw
 
 
 def _blocks(durations_ms, nbytes, rep=0, gap_ms=0.0):

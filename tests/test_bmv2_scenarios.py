@@ -16,7 +16,7 @@ from conftest import measurer, needs_root
 pytestmark = [needs_root, pytest.mark.network, pytest.mark.p4, pytest.mark.scenario]
 
 bmv2 = pytest.importorskip("incast.dataplane.bmv2")
-from incast.probe import MissingFeature  # noqa: E402
+from incast.machine.probe import MissingFeature  # noqa: E402
 
 BUFFER = 32 * 1024
 BASE = {"--switch": "bmv2", "--link-rate": "10Mbit", "--buffer": "32KiB", "--sru": "8KiB",
@@ -126,7 +126,7 @@ def test_bmv2_collapse_is_explained(tmp_path, no_leftovers):
     r = incast_cmd("explain", str(tmp_path / "r"), "--json")
     assert r.returncode == 0, r.stderr
     t = json.loads(r.stdout)
-    from incast import explain
+    from incast.report import explain
     assert t["consistent_with_kernel"], t
     assert sum(t[c] for c in explain.CAUSES) == t["timeouts"] > 0, t
     assert t["blocks_decided_by_a_timeout"] > 0, t

@@ -9,7 +9,7 @@ from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
 from conftest import incast_cmd, needs_root, run_json
-from incast import explain
+from incast.report import explain
 
 SERVER, CLIENT = "10.0.0.2", "10.0.0.1"
 MS = 1_000_000

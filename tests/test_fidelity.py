@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from conftest import faithful_rate_bps, incast_cmd, needs_root, run_json
-from incast import fidelity
-from incast.plots import plot_sweep
-from incast.results import flat_summary
+from incast.measure import fidelity
+from incast.report.plots import plot_sweep
+from incast.measure.results import flat_summary
 
 
 # --- units ---------------------------------------------------------------------------
@@ -114,7 +114,7 @@ def test_a_run_above_the_faithful_rate_is_flagged(tmp_path, no_leftovers):
 @needs_root
 @pytest.mark.network
 def test_one_sender_at_the_calibrated_rate_reaches_93_percent(tmp_path, no_leftovers):
-    from incast.calibrate import ONE_SENDER_BLOCK_MS
+    from incast.run.calibrate import ONE_SENDER_BLOCK_MS
     sru = faithful_rate_bps(1) * ONE_SENDER_BLOCK_MS // 8000     # reads as long as calibration's
     runs = []
     for attempt in range(3):        # a run the machine stalled is flagged; measure again
@@ -133,7 +133,7 @@ def test_one_sender_at_the_calibrated_rate_reaches_93_percent(tmp_path, no_lefto
 @needs_root
 @pytest.mark.network
 def test_calibration_is_cached_and_reused(monkeypatch):
-    from incast import calibrate
+    from incast.run import calibrate
     first = calibrate.calibrate()
     assert calibrate.cache_path().is_file()
     assert set(first["rates_bps"]) == {"1", "16", "64"}

@@ -8,7 +8,9 @@ import pandas as pd
 import pytest
 
 from conftest import incast_cmd, needs_root
-from incast import figures, scenario, sweep
+from incast.report import figures
+from incast import scenario
+from incast.run import sweep
 
 
 @pytest.mark.parametrize("name", figures.known())

@@ -7,7 +7,8 @@ import importlib.util
 import pytest
 
 from conftest import incast_cmd, needs_root
-from incast import labs, p4program
+from incast import labs
+from incast.p4 import program as p4program
 
 LABS = labs.known()
 

@@ -19,8 +19,8 @@ from conftest import needs_root
 pytestmark = [needs_root, pytest.mark.network, pytest.mark.p4]
 
 bmv2 = pytest.importorskip("incast.dataplane.bmv2")
-from incast.probe import MissingFeature  # noqa: E402
-from incast.resources import setns  # noqa: E402
+from incast.machine.probe import MissingFeature  # noqa: E402
+from incast.machine.resources import setns  # noqa: E402
 
 NPORTS = 4
 MACS = {n: f"02:00:00:00:00:{n:02x}" for n in range(1, NPORTS + 1)}
@@ -312,7 +312,7 @@ def test_pause_and_pfc_are_never_forwarded(rig):
 
 def test_telemetry_carries_the_packets_queue_values(rig):
     from scapy.layers.l2 import Ether
-    from incast.layers import IncastTelemetry
+    from incast.p4.layers import IncastTelemetry
     rig.cli([f"register_write cfg {bmv2.CFG['tel_mode']} 1", "set_queue_rate 200 3 6"])
     for _ in range(5):
         rig.send(1, udp(1, 3, dscp=8, size=500))
@@ -333,7 +333,7 @@ def test_telemetry_above_a_threshold_records_only_the_burst(rig):
     """Sampling above:SIZE: a postcard for each packet that found its class queue at or
     above SIZE bytes, none for those that found it lower."""
     from scapy.layers.l2 import Ether
-    from incast.layers import IncastTelemetry
+    from incast.p4.layers import IncastTelemetry
     threshold = 1500                             # the third 542-byte frame reaches it
     rig.cli([f"register_write cfg {bmv2.CFG['tel_mode']} 4",
              f"register_write cfg {bmv2.CFG['tel_threshold']} {threshold}", "set_queue_rate 20 3 6"])

@@ -3,8 +3,8 @@ and the one format defined twice (the telemetry record: a P4 header, a Scapy lay
 checked field by field. Needs neither p4c nor bmv2."""
 import re
 
-from incast import p4program
-from incast.layers import ETHERTYPE_TELEMETRY, RECORD_SIZE, IncastTelemetry
+from incast.p4 import program as p4program
+from incast.p4.layers import ETHERTYPE_TELEMETRY, RECORD_SIZE, IncastTelemetry
 from scapy.fields import BitField
 
 
@@ -32,7 +32,7 @@ def test_every_config_register_is_read_by_the_program_and_fits():
 
 
 def test_a_labs_starter_replaces_only_its_regions_with_todos_and_stubs():
-    from incast import p4program
+    from incast.p4 import program as p4program
     source = p4program.SOURCE.read_text()
     hints = p4program.lab_regions(5)
     assert len(hints) == 2 and all("occ_bytes" in h for h in hints)

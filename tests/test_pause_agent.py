@@ -15,8 +15,8 @@ import uuid
 import pytest
 
 from conftest import REPO, needs_root
-from incast.hostconfig import nic_tc_commands, pause_agent_args
-from incast.probe import probe
+from incast.network.hostconfig import nic_tc_commands, pause_agent_args
+from incast.machine.probe import probe
 from incast.scenario import build
 
 pytestmark = [needs_root, pytest.mark.network]

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from incast.qdisc_recorder import (RECORD_DTYPE, QdiscRecorder, decode_records, read_records,
+from incast.measure.qdisc_recorder import (RECORD_DTYPE, QdiscRecorder, decode_records, read_records,
                                    recorder_binary, ringbuf_mb)
-from incast.telemetry import COLUMNS, _ip_key, decode_raw
+from incast.measure.telemetry import COLUMNS, _ip_key, decode_raw
 
 HOSTS = {"10.0.0.1": "h1", "10.0.0.2": "h2", "10.0.0.3": "h3"}
 PORTS = {7: ("s1", "s1-eth1"), 9: ("s1", "s1-eth3")}
@@ -110,7 +110,7 @@ def _sh(*cmd: str) -> str:
 
 
 def _drop_reasons() -> dict[str, int]:
-    from incast.probe import _drop_reasons as probe_reasons
+    from incast.machine.probe import _drop_reasons as probe_reasons
     for tracefs in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
         reasons = probe_reasons(tracefs)
         if reasons:

@@ -1,7 +1,8 @@
 import pytest
 
 from incast import scenario as scn
-from incast.scenario import ScenarioError, build
+from incast.errors import ScenarioError
+from incast.scenario import build
 
 
 def test_defaults_follow_the_papers():

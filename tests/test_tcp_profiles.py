@@ -49,7 +49,7 @@ class _Host:
 
 
 def test_static_neighbours_cover_every_measured_path():
-    from incast.hostconfig import static_neighbours
+    from incast.network.hostconfig import static_neighbours
     client, near = _Host("client", "10.0.0.1", "aa:00:00:00:00:01"), _Host("near1", "10.0.0.9", "aa:00:00:00:00:09")
     servers = [_Host(f"server{i}", f"10.0.0.{i + 1}", f"aa:00:00:00:00:0{i + 1}") for i in (1, 2)]
     n = static_neighbours([client, *servers, near], servers)

@@ -57,7 +57,7 @@ def test_every_dequeue_has_a_sojourn_and_flows_are_named(collapsing_run):
 
 
 def test_telemetry_plot(collapsing_run):
-    from incast.plots import plot_queue
+    from incast.report.plots import plot_queue
     out, _ = collapsing_run
     png = plot_queue(out)
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
@@ -65,7 +65,7 @@ def test_telemetry_plot(collapsing_run):
 
 def test_microbursts_split_a_ports_records_where_they_pause():
     import pandas as pd
-    from incast.telemetry import microbursts
+    from incast.measure.telemetry import microbursts
     rows = []
     for start, peak in ((0.0, 20000), (10_000.0, 24000)):       # two bursts, 10 ms apart
         for k in range(5):

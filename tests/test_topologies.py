@@ -5,8 +5,9 @@ import pandas as pd
 import pytest
 
 from conftest import needs_root, run_json
-from incast import topology
-from incast.scenario import ScenarioError, build
+from incast.network import topology
+from incast.errors import ScenarioError
+from incast.scenario import build
 
 
 def test_two_switch_is_a_plain_mininet_topo():

@@ -65,7 +65,7 @@ def test_shared_server_serves_each_host_from_its_own_namespace():
     import concurrent.futures
     import struct
     import uuid
-    from incast.resources import setns
+    from incast.machine.resources import setns
     names = [f"incast-shared-{uuid.uuid4().hex[:8]}" for _ in range(2)]
     server = None
     try:

@@ -64,7 +64,7 @@ def port_rate(port: Port, scenario) -> int:
 
 def switch_ports(net) -> list[Port]:
     """Every switch port of a started Mininet network, with the node at its far end."""
-    from ..netdev import ifindexes
+    from incast.machine.netdev import ifindexes
     index = ifindexes()
     ports = []
     for sw in net.switches:

@@ -31,17 +31,17 @@ import numpy as np
 import pandas as pd
 from mininet.node import Switch
 
-from .. import netdev, p4program
-from ..netdev import WIRE_OVERHEAD
-from ..probe import MissingFeature
-from ..scenario import ETH_HLEN
-from ..telemetry import TelemetryResult, build_table, empty_table, flow_labels
-from . import DataPlane, Port, port_rate, switch_ports
-from .forwarding import flood_ports, next_hops
+from incast.machine import netdev
+from incast.p4 import program as p4program
+from incast.constants import WIRE_OVERHEAD
+from incast.errors import MissingFeature
+from incast.constants import ETH_HLEN
+from incast.measure.telemetry import TelemetryResult, build_table, empty_table, flow_labels
+from incast.dataplane import DataPlane, Port, port_rate, switch_ports
+from incast.dataplane.forwarding import flood_ports, next_hops
 
-REPO = Path(__file__).resolve().parents[2]
 P4_SOURCE = p4program.SOURCE
-BUILD_DIR = REPO / "build" / "p4"
+from incast.constants import P4_BUILD_DIR as BUILD_DIR
 MIN_VERSION = (1, 15, 1)          # per-priority queue depth/rate and the priority fix
 PRIORITY_QUEUES = 8
 TELEMETRY_PORT = 510
@@ -433,7 +433,7 @@ class Bmv2Collector:
             lost += drops
             s.close()
         tables = []
-        from ..layers import decode_records
+        from incast.p4.layers import decode_records
         for sw in self.switches:
             buf = self.frames[sw.name]
             if not buf:

@@ -15,7 +15,7 @@ bridges (static FDB entries) and on bmv2 (its l2_forward table):
 """
 from __future__ import annotations
 
-from . import Port
+from incast.dataplane import Port
 
 
 def _by_switch(ports: list[Port]) -> dict[str, list[Port]]:

@@ -24,14 +24,14 @@ from pathlib import Path
 import pandas as pd
 from mininet.node import Switch
 
-from .. import netdev
-from ..netdev import WIRE_OVERHEAD
-from ..probe import MissingFeature
-from ..scenario import ETH_HLEN
-from ..telemetry import QdiscTracer
-from ..workload import HOSTS_DIR
-from . import DataPlane, Port, port_rate, switch_ports
-from .forwarding import flood_ports, next_hops
+from incast.machine import netdev
+from incast.constants import WIRE_OVERHEAD
+from incast.errors import MissingFeature
+from incast.constants import ETH_HLEN
+from incast.measure.telemetry import QdiscTracer
+from incast.constants import HOSTS_DIR
+from incast.dataplane import DataPlane, Port, port_rate, switch_ports
+from incast.dataplane.forwarding import flood_ports, next_hops
 
 BURST_FRAMES = 4        # HTB bucket depth, in full frames
 EXACT_BURST_FRAMES = 2  # ... where timers are exact (virtual time): one frame of lateness made up
@@ -179,7 +179,7 @@ class LinuxDataPlane(DataPlane):
         if scenario.switch.qos.queues > 1 and not features.u32:
             raise MissingFeature("QoS partitioning needs the tc u32 classifier (CONFIG_NET_CLS_U32)")
         if scenario.telemetry.enabled and not features.virtual_time:
-            from ..qdisc_recorder import recorder_binary
+            from incast.measure.qdisc_recorder import recorder_binary
             ok, why = features.telemetry_ok()
             if recorder_binary() is None and not ok:    # the compiled recorder, else bpftrace
                 raise MissingFeature(f"telemetry: {why}, and build/bpf/qdisc-trace is not built "
@@ -268,10 +268,10 @@ class LinuxDataPlane(DataPlane):
         telemetry.interval. Otherwise the compiled recorder (scripts/build-bpf.sh) when it is built: it costs the
         experiment nothing measurable. Otherwise bpftrace, which formats every event in
         user space and takes CPU from packet processing (it can soften a collapse)."""
-        from ..qdisc_recorder import QdiscRecorder, recorder_binary
+        from incast.measure.qdisc_recorder import QdiscRecorder, recorder_binary
         ports = {p.ifindex: (p.switch, p.name) for p in self.ports}
         if self.features.virtual_time:      # no BPF events on ARCH=um; sampling is free there
-            from ..qdisc_sampler import QdiscSampler
+            from incast.measure.qdisc_sampler import QdiscSampler
             return QdiscSampler(run_dir, world_inode, ports, host_of_ip, self.scenario.telemetry.interval)
         args = (run_dir, world_inode, ports, self.scenario.switch.qos.dscp_table(),
                 self.features.qdisc_drop_reasons, host_of_ip)

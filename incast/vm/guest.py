@@ -21,14 +21,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from incast.errors import RunFailed
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent      # the checkout: kernels/ builds what the guests boot
 GUEST_INIT = HERE / "guest-init.sh"
-BUILD_SH = REPO / "kernels" / "build.sh"
+from incast.constants import KERNEL_BUILD_SH as BUILD_SH   # kernels/ builds what the guests boot
 
 
-class VMError(RuntimeError):
+class VMError(RunFailed):
     """The guest could not be started, or it did not run the command to completion."""
 
 

@@ -35,7 +35,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .guest import (GUEST_INIT, VMError, VMResult, collect, command_main, command_parser,  # noqa: F401
+from incast.vm.guest import (GUEST_INIT, VMError, VMResult, collect, command_main, command_parser,  # noqa: F401
                     find_kernel, kernel_dir, prepare, supervise)
 
 QEMU = "qemu-system-x86_64"

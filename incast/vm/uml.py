@@ -40,7 +40,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from .guest import GUEST_INIT, VMResult, collect, command_main, command_parser, find_kernel, prepare, supervise
+from incast.vm.guest import GUEST_INIT, VMResult, collect, command_main, command_parser, find_kernel, prepare, supervise
 
 VARIANTS = ("uml-stock", "uml-hrtimer")
 BUILD_HINT = "kernels/build.sh --uml"
@@ -57,7 +57,7 @@ def uml_command(image: Path, rdir: Path, *, memory_mb: int, append: str = "") ->
     return [str(image), f"mem={memory_mb}M", "root=/dev/root", "rootfstype=hostfs", "rootflags=/",
             "ro", "time-travel=inf-cpu", f"umid=incast-{os.getpid()}", f"uml_dir={rdir}/",
             "con0=null,fd:1", "con=null", "ssl=null", "panic=-1", "loglevel=4",
-            f"incast.results={rdir}", *append.split(), "init=/bin/bash", "--", str(GUEST_INIT)]
+            f"incast.measure.results={rdir}", *append.split(), "init=/bin/bash", "--", str(GUEST_INIT)]
 
 
 def run(command: str | list[str], kernel: str | os.PathLike = "uml-stock", *,

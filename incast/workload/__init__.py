@@ -15,14 +15,14 @@ import subprocess
 import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Literal
+from incast.errors import RunFailed
 
 # The programs that run on the emulated hosts (standard library only).
-HOSTS_DIR = Path(__file__).resolve().parent.parent.parent / "hosts"
+from incast.constants import HOSTS_DIR  # noqa: F401  (workloads find their host programs here)
 
 
-class WorkloadFailed(RuntimeError):
+class WorkloadFailed(RunFailed):
     """A workload's program said something it should not have."""
 
 

@@ -12,7 +12,8 @@ import shutil
 import subprocess
 import sys
 
-from . import HOSTS_DIR, Hooks, Workload, WorkloadFailed
+from incast.workload import Hooks, Workload, WorkloadFailed
+from incast.constants import HOSTS_DIR
 
 PORT = 11211
 VALUE_BYTES = 16 << 10      # bytes per key: a fragment of 256 KiB is a multiget of 16 keys
@@ -23,7 +24,7 @@ class MemcachedMultiget(Workload):
     @classmethod
     def require(cls, features, scenario):
         if shutil.which("memcached") is None:
-            from ..probe import MissingFeature
+            from incast.errors import MissingFeature
             raise MissingFeature("workload memcached needs memcached (Debian package memcached)")
         return []
 

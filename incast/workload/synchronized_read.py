@@ -10,7 +10,8 @@ import json
 import subprocess
 import sys
 
-from . import HOSTS_DIR, Hooks, Workload, WorkloadFailed
+from incast.workload import Hooks, Workload, WorkloadFailed
+from incast.constants import HOSTS_DIR
 
 SERVER_PORT = 5001
 

@@ -3,7 +3,7 @@ import json
 
 import pandas as pd
 
-from incast import explain
+from incast.report import explain
 from incast.labs import close, run_dir
 
 

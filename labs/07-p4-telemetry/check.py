@@ -6,7 +6,7 @@ import tomllib
 import pandas as pd
 
 from incast.labs import close, p4_missing, p4_packet_tests, p4_program, run_dir, sentence
-from incast.telemetry import microbursts
+from incast.measure.telemetry import microbursts
 
 TESTS = "telemetry_carries_the_packets_queue_values or telemetry_above_a_threshold"
 FRAME_WIRE_BYTES = 1538     # a full frame on the wire: 1514 + preamble, FCS, gap

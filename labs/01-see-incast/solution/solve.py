@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from incast import explain
+from incast.report import explain
 
 RUN = ["--senders", "16", "--link-rate", "100Mbit", "--buffer", "32KiB", "--sru", "32KiB",
        "--rto-min", "20ms", "--blocks", "20", "--telemetry", "--capture"]

@@ -7,9 +7,8 @@ convention, so `mn --custom` runs it too); TopoClass(senders=N) sets `client` an
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
-TOPOLOGIES_DIR = Path(__file__).resolve().parent.parent / "topologies"
+from incast.constants import TOPOLOGIES_DIR
 
 
 def known() -> list[str]:

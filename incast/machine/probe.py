@@ -16,13 +16,10 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from incast.errors import MissingFeature
 
 TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 REQUIRED_TOOLS = ("ip", "tc", "ethtool", "mnexec", "nsenter")
-
-
-class MissingFeature(RuntimeError):
-    """The machine cannot run what the scenario asks for."""
 
 
 @dataclass
@@ -220,7 +217,8 @@ def require(features: Features, scenario) -> list[str]:
     hosts' needs here, the data plane's and the workload's from their own require().
 
     Returns notes worth telling the user (e.g. rto_min rounding)."""
-    from . import dataplane, workload
+    from incast import dataplane
+    from incast import workload
     notes = dataplane.get(scenario.dataplane).require(features, scenario)
     notes += workload.get(scenario.workload.kind).require(features, scenario)
     if not features.qdiscs.get("tbf"):

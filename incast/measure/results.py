@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from incast.constants import RTO_COUNTERS
+from incast.errors import OutputUnusable, ResultsExist
 
 # The fields every summary.json has (PAUSE and data-plane health fields join them where
 # they apply), and the columns a sweep row adds: the summary's fidelity object
@@ -39,7 +41,10 @@ SUMMARY_FIELDS = ["goodput_mbps", "link_mbps", "senders", "blocks", "block_ms_p5
                   "repetitions", "backlog_drops", "link_rate_auto", "run_dir"]
 FIDELITY_COLUMNS = ["min_service_ratio", "cpu_busy", "cpu_busy_max", "timer_late_us_p99"]
 ROW_FIELDS = (SUMMARY_FIELDS + ["fidelity_ok", "fidelity_reasons"]
-              + [f"fidelity_{k}" for k in FIDELITY_COLUMNS] + ["repeat", "error"])
+              + [f"fidelity_{k}" for k in FIDELITY_COLUMNS] + ["repeat", "error"]
+              # what a sweep adds of each point: its key, whether it came from the store, its
+              # host time, the Dask worker that ran it
+              + ["point_key", "reused", "point_host_s", "worker", "run_dir"])
 
 
 def flat_summary(summary: dict) -> dict:
@@ -52,19 +57,6 @@ def flat_summary(summary: dict) -> dict:
         row[f"fidelity_{k}"] = f.get(k)
     return row
 
-# Linux counts a retransmission timeout under one of these, by the state the
-# connection was in when it fired (tcp_retransmit_timer): TCPTimeouts only when it
-# was in no recovery at all.
-RTO_COUNTERS = ["TCPTimeouts", "TCPSackFailures", "TCPRenoFailures", "TCPSackRecoveryFail",
-                "TCPRenoRecoveryFail", "TCPLossFailures"]
-
-
-class ResultsExist(FileExistsError):
-    pass
-
-
-class OutputUnusable(OSError):
-    """The output location cannot be written (a file in the way, no permission)."""
 
 
 class Claim:
@@ -186,7 +178,7 @@ def is_complete(run_dir: Path) -> bool:
 
 def complete_run(run_dir) -> Path:
     """run_dir as a Path, or a scenario error (exit 2) if no run finished there."""
-    from .scenario import ScenarioError
+    from incast.errors import ScenarioError
     if not (Path(run_dir) / "summary.json").is_file():
         raise ScenarioError(f"{run_dir}: not a complete run directory (no summary.json)")
     return Path(run_dir)

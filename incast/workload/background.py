@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from .workload import HOSTS_DIR
+from incast.constants import HOSTS_DIR
 
 BASE_PORT = 6000
 

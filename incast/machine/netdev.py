@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-
-# Bytes a frame occupies on real Ethernet beyond what the kernel counts (preamble 8,
-# FCS 4, inter-frame gap 12): with it, 1 Gbit/s carries at most 1448/1538 = 94.1% payload.
-WIRE_OVERHEAD = 24
+from incast.errors import RunFailed
 
 
-class NetdevError(RuntimeError):
+
+class NetdevError(RunFailed):
     pass
 
 

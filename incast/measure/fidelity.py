@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-BINARY = REPO_ROOT / "build" / "bpf" / "link-monitor"
+from incast.constants import BPF_BUILD_DIR
+BINARY = BPF_BUILD_DIR / "link-monitor"
 SUB_BITS = 3            # LM_SUB_BITS in incast/bpf/link_monitor.h
 HIST_BUCKETS = 320      # LM_HIST_BUCKETS
 
@@ -57,7 +57,7 @@ def skip_first(port_burst_frames: int) -> int:
     filled while its link was idle sends that many at once, faster than the rate. The
     deepest bucket decides: a switch port's (the data plane's port_burst_frames) or a
     host NIC's (one frame plus up to NIC_SLACK_FRAMES_MAX), plus the frame being sent."""
-    from .hostconfig import NIC_SLACK_FRAMES_MAX
+    from incast.constants import NIC_SLACK_FRAMES_MAX
     return max(port_burst_frames, 1 + NIC_SLACK_FRAMES_MAX) + 1
 
 

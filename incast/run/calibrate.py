@@ -27,10 +27,7 @@ the CPU time per forwarded packet seen in those runs. The result is cached per m
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import platform
 import shutil
 import tempfile
 import time
@@ -38,66 +35,17 @@ from pathlib import Path
 
 import numpy as np
 
-from . import scenario as scn
-from .fidelity import MIN_SERVICE_RATIO
+from incast import scenario as scn
+from incast.measure.calibration import (CACHE_DIR, LADDER_MBPS, cache_key, cache_path, cached,  # noqa: F401
+                                        describe, faithful_rate, machine, resolve_auto_rate)
+from incast.measure.fidelity import MIN_SERVICE_RATIO
 
-CACHE_DIR = Path(os.environ.get("INCAST_CACHE", "/var/cache/incast")) / "calibration"
-VERSION = 7     # bump when the procedure or its criteria change
-LADDER_MBPS = [1000, 800, 600, 500, 400, 300, 200, 100, 50, 20, 10]
 SENDER_COUNTS = (1, 16, 64)
 BLOCK_MS = 50           # link time of one block
 ONE_SENDER_BLOCK_MS = 200
 BLOCKS, WARMUP = 5, 1
 ONE_SENDER_GOODPUT = 0.93
 MANY_SENDER_GOODPUT = 0.90
-
-
-def machine() -> dict:
-    model = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"kernel": platform.release(), "kernel_build": platform.version(), "cpu_model": model,
-            "cpus": len(os.sched_getaffinity(0))}
-
-
-def cache_key() -> str:
-    from . import dataplane
-    from .hostconfig import NIC_SLACK_FRAMES_MAX, NIC_TIMER_SLACK_US
-    burst = max(dataplane.get(n).port_burst_frames for n, e in dataplane.REGISTRY.items() if e.calibrated)
-    inputs = {"version": VERSION, **machine(), "switch_burst_frames": burst,
-              "nic_timer_slack_us": NIC_TIMER_SLACK_US,
-              "nic_slack_frames_max": NIC_SLACK_FRAMES_MAX, "ladder": LADDER_MBPS}
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def cache_path() -> Path:
-    return CACHE_DIR / f"{cache_key()}.json"
-
-
-def cached() -> dict | None:
-    try:
-        return json.loads(cache_path().read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def faithful_rate(calibration: dict, senders: int) -> int:
-    """bit/s: the highest calibrated rate faithful for every calibrated sender count up
-    to the first one >= senders (beyond the largest: that one's, flagged by the run
-    itself if it does not hold)."""
-    rates = {int(k): v for k, v in calibration["rates_bps"].items()}
-    counts = sorted(rates)
-    upto = next((c for c in counts if c >= senders), counts[-1])
-    usable = [rates[c] for c in counts if c <= upto and rates[c]]
-    if not usable:
-        raise RuntimeError("calibration found no faithful rate on this machine (not even "
-                           f"{LADDER_MBPS[-1]} Mbit/s); see incast calibrate")
-    return min(usable)
 
 
 def _trial_scenario(senders: int, mbps: int) -> scn.Scenario:
@@ -118,7 +66,7 @@ def _trial_scenario(senders: int, mbps: int) -> scn.Scenario:
 
 
 def _trial(senders: int, mbps: int, workdir: Path) -> dict:
-    from .experiment import run
+    from incast.run.experiment import run
     s = _trial_scenario(senders, mbps)
     out = workdir / s.name
     t = time.monotonic()
@@ -151,8 +99,8 @@ def calibrate(log=lambda msg: None, force: bool = False) -> dict:
         c = cached()
         if c is not None:
             return c
-    from .fidelity import monitor_binary
-    from .probe import MissingFeature
+    from incast.measure.fidelity import monitor_binary
+    from incast.errors import MissingFeature
     if monitor_binary() is None:
         raise MissingFeature("calibration needs the link monitor: run scripts/build-bpf.sh")
     t0 = time.monotonic()
@@ -221,10 +169,9 @@ def calibrate(log=lambda msg: None, force: bool = False) -> dict:
     return result
 
 
-def describe(c: dict) -> list[str]:
-    rates = ", ".join(f"{'up to ' if n != '1' else ''}{n} sender{'s' if n != '1' else ''} {int(r) / 1e6:g} Mbit/s"
-                      for n, r in c["rates_bps"].items())
-    return [f"faithful link rate: {rates}",
-            f"qdisc timer lateness p99 {c['timer_late_us_p99']} us; backlogged dequeues late by up to "
-            f"{c['dequeue_lateness_us_p99']} us (p99); {c['cpu_us_per_packet']} us of CPU per forwarded packet",
-            f"calibrated {c['created']} in {c['seconds']} s ({len(c['trials'])} runs), cached as {cache_path()}"]
+def ensure(scenario, log=lambda msg: None) -> None:
+    """Calibrate this machine first where the scenario's link.rate is "auto" and it has
+    no calibration yet (once; later runs read the cache)."""
+    if scenario.link.rate == "auto" and scenario.kernel == "host" and cached() is None:
+        log("warning: calibrating this machine first (once; see incast calibrate)")
+        calibrate(log)

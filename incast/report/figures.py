@@ -27,13 +27,14 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .scenario import ScenarioError
 
-FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
+from incast.errors import BadInput
+
+from incast.constants import FIGURES_DIR
 PAYLOAD_SHARE = 1448 / 1538
 
 
-class FigureError(ScenarioError):
+class FigureError(BadInput):
     """Bad input (exit 2), as the CLI reports scenario errors."""
 
 
@@ -102,7 +103,7 @@ def load(name: str) -> Figure:
 
 def missing(fig: Figure) -> list[str]:
     """What this machine lacks for the figure, as reasons (empty: it can run here)."""
-    from .vm import guest
+    from incast.vm import guest
     why = []
     if "virtual-time" in fig.needs:
         kernel = str(fig.settings.get("kernel", "stock"))
@@ -117,7 +118,7 @@ def missing(fig: Figure) -> list[str]:
 
 def plan(fig: Figure, quick: bool) -> tuple[dict, dict, dict, int]:
     """(scenario data, overrides, grid, repeat) of the figure's sweep."""
-    from .scenario import load_file
+    from incast.scenario import load_file
     path = FIGURES_DIR.parent / fig.sweep
     data = load_file(path)
     grid = dict(tomllib.loads(path.read_text()).get("sweep", {}))
@@ -260,22 +261,28 @@ def cmd_figure(args) -> int:
     fig = load(args.name)
     why = missing(fig)
     if why:
-        from .probe import MissingFeature
+        from incast.errors import MissingFeature
         raise MissingFeature(f"figure {fig.name}: " + "; ".join(why))
     import sys
     import time
 
     from tqdm import tqdm
 
-    from . import sweep
+    from incast.run import calibrate, sweep
     data, overrides, grid, repeat = plan(fig, args.quick)
     points = sweep.expand(data, overrides, sweep.parse_grid([], grid))
     out = Path(args.out) if args.out else Path("results") / f"figure-{fig.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     print(f"{fig.paper}, {fig.figure}: {fig.caption}", file=sys.stderr)
+    calibrate.ensure(points[0][1], lambda m: print(m, file=sys.stderr))
     result = sweep.run_sweep(points, grid, repeat, out, unique=not args.out,
                              meta={"figure": fig.name, "quick": args.quick, "base": data, "overrides": overrides},
-                             progress=lambda runs: tqdm(runs, unit="run", file=sys.stderr,
-                                                        disable=not sys.stderr.isatty()))
+                             progress=lambda runs: tqdm(total=len(runs), unit="run", file=sys.stderr,
+                                                        disable=not sys.stderr.isatty()),
+                             jobs=args.jobs, executor=args.executor, force_jobs=args.force_jobs,
+                             fresh=args.fresh)
+    if result.reused:
+        print(f"{result.reused} of {result.runs} runs from earlier measurements (--fresh measures them again)",
+              file=sys.stderr)
     r = report(fig, result.final, args.quick)
     comp = pd.read_csv(result.final / "comparison.csv")
     if args.json:

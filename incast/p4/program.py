@@ -9,9 +9,8 @@ import ast
 import functools
 import operator
 import re
-from pathlib import Path
 
-SOURCE = Path(__file__).resolve().parent.parent / "p4src" / "incast.p4"
+from incast.constants import P4_SOURCE as SOURCE
 
 _CONST = re.compile(r"^\s*const\s+bit<\d+>\s+(\w+)\s*=\s*([^;]+);", re.M)
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)

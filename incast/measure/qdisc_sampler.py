@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .qdisc_recorder import LEAF_MAJOR_BASE
-from .telemetry import KernelQueueRecorder, TelemetryResult, build_table, empty_table
-from .workload import HOSTS_DIR
+from incast.measure.qdisc_recorder import LEAF_MAJOR_BASE
+from incast.measure.telemetry import KernelQueueRecorder, TelemetryResult, build_table, empty_table
+from incast.constants import HOSTS_DIR
 
 SAMPLER = HOSTS_DIR / "qdisc_sampler.py"
 RECORD_DTYPE = np.dtype([("ts_ns", "<u8"), ("ifindex", "<u4"), ("queue", "<i4"), ("qlen", "<u4"),

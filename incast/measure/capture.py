@@ -18,6 +18,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from incast.errors import RunFailed
 
 SNAPLEN = 128
 CAPTURE_DIR = "capture"
@@ -26,7 +27,7 @@ _DROPPED = re.compile(r"(\d+) packets? dropped by kernel")
 _CAPTURED = re.compile(r"(\d+) packets? captured")
 
 
-class CaptureError(RuntimeError):
+class CaptureError(RunFailed):
     pass
 
 

@@ -23,7 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
-from . import netdev
+from incast.machine import netdev
 
 STATE_DIR = Path("/run/incast")
 NETNS_DIR = Path("/run/netns")

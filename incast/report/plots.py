@@ -12,7 +12,24 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .results import ROW_FIELDS, complete_run  # noqa: E402
+from incast.measure.results import ROW_FIELDS, complete_run  # noqa: E402
+
+
+def plot_sweep_dir(sweep_dir: Path, grid: dict) -> Path | None:
+    """goodput.png of a finished sweep directory (its table, its grid's axes)."""
+    import json
+
+    from incast import scenario as scn
+    table = pd.read_parquet(Path(sweep_dir) / "sweep.parquet")
+    if "goodput_mbps" not in table:
+        return None
+    meta = json.loads((Path(sweep_dir) / "sweep.json").read_text())
+    first = scn.build(meta.get("base", {}), {**meta.get("overrides", {}),
+                                             **{k: v[0] for k, v in grid.items()}})
+    varied = {scn.DESCRIBE_PART.get(scn.resolve_field(n)) for n in grid} | {"senders"}
+    return plot_sweep(table, Path(sweep_dir) / "goodput.png",
+                      title=first.describe(omit=varied) + meta.get("auto_note", ""),
+                      axes=[n.split(".")[-1] for n in grid])   # repeats become error bars
 
 
 def plot_sweep(table: pd.DataFrame, out: Path, title: str = "", axes: list[str] | None = None) -> Path:
@@ -147,7 +164,7 @@ def plot_queue(run_dir: Path, port: str | None = None, out: Path | None = None) 
 
 
 def cmd_telemetry(args) -> int:
-    from .scenario import ScenarioError
+    from incast.errors import ScenarioError
     run_dir = complete_run(args.run_dir)
     try:
         out = plot_queue(run_dir, args.port, Path(args.out) if args.out else None)
@@ -256,7 +273,7 @@ def plot_block_times(run_dirs: list[Path], out: Path, labels: list[str] | None =
 
 
 def cmd_compare(args) -> int:
-    from .scenario import ScenarioError
+    from incast.errors import ScenarioError
     try:
         if args.blocks:
             if args.field:

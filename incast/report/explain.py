@@ -42,9 +42,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from .capture import CAPTURE_DIR, META
-from .results import complete_run
-from .scenario import ScenarioError
+from incast.measure.capture import CAPTURE_DIR, META
+from incast.measure.results import complete_run
+
+from incast.errors import BadInput
 
 CAUSES = ("lost_retransmit", "last_packet", "full_window", "little_feedback", "other")
 FLOOR_MARGIN = 0.9
@@ -52,7 +53,7 @@ COLUMNS = ["rep", "block", "measured", "server", "time_us", "seq", "dart", "send
            "cause", "decided_block"]
 
 
-class ExplainError(ScenarioError):
+class ExplainError(BadInput):
     """Bad input (exit 2), as the CLI reports scenario errors."""
 
 
@@ -300,7 +301,7 @@ def _servers_dupthresh(run_dir: Path) -> int:
     """The duplicate-ACK threshold the servers ran with (their profile's)."""
     import tomllib
 
-    from .scenario import build
+    from incast.scenario import build
     scenario = build(tomllib.loads((run_dir / "scenario.toml").read_text()))
     return scenario.tcp.for_host("servers").dupack_threshold
 

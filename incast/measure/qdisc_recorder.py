@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .telemetry import EVENTS, KernelQueueRecorder, TelemetryResult, build_table, empty_table, flow_labels
+from incast.measure.telemetry import EVENTS, KernelQueueRecorder, TelemetryResult, build_table, empty_table, flow_labels
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-BINARY = REPO_ROOT / "build" / "bpf" / "qdisc-trace"
+from incast.constants import BPF_BUILD_DIR
+BINARY = BPF_BUILD_DIR / "qdisc-trace"
 MAX_BULK = 16           # QT_MAX_BULK in qdisc_trace.h
 PAGE = 4096
 # Class c of a switch port is the HTB leaf qdisc with handle (0x10 + c):0, as

@@ -29,22 +29,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import dataplane as dataplanes
-from . import fidelity, hostconfig, netdev, resources, topology
-from . import workload as workloads
-from .background import BackgroundTraffic
-from .capture import ServerCapture
-from .probe import Features, probe, require
-from .results import ResultsDir, measured_seconds, one_line, summarize
-from .scenario import Scenario, to_toml
-from .workload import HOSTS_DIR, Block, Hooks
+from incast import dataplane as dataplanes
+from incast.measure import calibration, fidelity
+from incast.network import hostconfig
+from incast.machine import netdev
+from incast.machine import resources
+from incast.network import topology
+from incast import workload as workloads
+from incast.workload.background import BackgroundTraffic
+from incast.measure.capture import ServerCapture
+from incast.machine.probe import Features, probe, require
+from incast.measure.results import ResultsDir, measured_seconds, one_line, summarize
+from incast.scenario import Scenario, to_toml
+from incast.workload import Block, Hooks
+from incast.constants import HOSTS_DIR
+from incast.errors import RunFailed
 
-REPO = Path(__file__).resolve().parent.parent
+from incast.constants import REPO
 STALL_TIMEOUT_S = 300   # no output from the client for this long: the run is wedged
-
-
-class RunFailed(RuntimeError):
-    pass
 
 
 def environment(features: Features, scenario: Scenario, tcp: hostconfig.TcpProfile) -> dict:
@@ -64,32 +66,8 @@ def environment(features: Features, scenario: Scenario, tcp: hostconfig.TcpProfi
         "dataplane": scenario.dataplane, "machine": platform.machine(),
         "cpus": len(os.sched_getaffinity(0)),
         "versions": versions, "features": features.as_dict(),
-        "calibration": _calibration_brief(),
+        "calibration": calibration.brief(),
     }
-
-
-def _calibration_brief() -> dict | None:
-    from . import calibrate
-    c = calibrate.cached()
-    if c is None:
-        return None
-    return {k: c[k] for k in ("key", "created", "rates_bps", "timer_late_us_p99",
-                              "dequeue_lateness_us_p99", "cpu_us_per_packet")}
-
-
-def resolve_auto_rate(scenario: Scenario, log=lambda msg: None, senders: int | None = None) -> Scenario:
-    """The scenario with link.rate "auto" replaced by the highest rate calibration found
-    faithful here for `senders` (default: the scenario's); calibrates first if this
-    machine has no calibration yet."""
-    if scenario.link.rate != "auto":
-        return scenario
-    from . import calibrate
-    c = calibrate.cached()
-    if c is None:
-        log("warning: calibrating this machine first (once; see incast calibrate)")
-        c = calibrate.calibrate(log)
-    rate = calibrate.faithful_rate(c, senders or scenario.topology.senders)
-    return scenario.model_copy(update={"link": scenario.link.model_copy(update={"rate": rate})})
 
 
 def calibrated_rate(scenario: Scenario) -> int | None:
@@ -98,12 +76,11 @@ def calibrated_rate(scenario: Scenario) -> int | None:
     plane; bmv2 reports its own health)."""
     if not dataplanes.REGISTRY[scenario.dataplane].calibrated:
         return None
-    from . import calibrate
-    c = calibrate.cached()
+    c = calibration.cached()
     if c is None:
         return None
     try:
-        return calibrate.faithful_rate(c, scenario.topology.senders)
+        return calibration.faithful_rate(c, scenario.topology.senders)
     except RuntimeError:
         return 0
 
@@ -179,8 +156,8 @@ def _queue_delta(before: pd.DataFrame, after: pd.DataFrame, rep: int) -> pd.Data
 def watched_links(net, dp, scenario, world_inode: int) -> list[fidelity.WatchedLink]:
     """The links whose service the link monitor measures: the switch ports a qdisc
     paces (the data plane says which) and every host's NIC."""
-    from .netdev import WIRE_OVERHEAD
-    from .scenario import ETH_HLEN
+    from incast.constants import WIRE_OVERHEAD
+    from incast.constants import ETH_HLEN
     rate, frame = scenario.link.rate, scenario.link.mtu + ETH_HLEN
     links = [fidelity.WatchedLink(p.name, "switch", world_inode, p.ifindex, dataplanes.port_rate(p, scenario),
                                   WIRE_OVERHEAD, frame)
@@ -225,9 +202,9 @@ def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out
     host wall time beside the guest's (virtual) time."""
     import shutil
     import tempfile
-    from .vm import guest, qemu, uml
-    from .probe import MissingFeature
-    from .results import Claim
+    from incast.vm import guest, qemu, uml
+    from incast.errors import MissingFeature
+    from incast.measure.results import Claim
     virtual = scenario.clock == "virtual"
     variant = uml.variant(scenario.kernel) if virtual else scenario.kernel
     if not virtual and qemu.qemu_binary() is None:
@@ -288,7 +265,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None,
     auto_rate = scenario.link.rate == "auto"
     results = ResultsDir(out, unique=unique_out)     # the output location first: exit 2, nothing built
     try:
-        scenario = resolve_auto_rate(scenario, log)
+        scenario = calibration.resolve_auto_rate(scenario)
         features = probe()
         for note in require(features, scenario):
             log(note)
@@ -614,10 +591,14 @@ def _fidelity(scenario, m: _Measured, calibrating: bool, log, virtual_time: bool
         log("warning: this machine is not calibrated, so the run cannot say whether its link rate "
             "is one the machine holds (incast calibrate: under a minute, once)")
     rows = fidelity.link_rows(m.links, m.monitored) if m.monitored else []
-    return fidelity.assess(
+    verdict = fidelity.assess(
         rows, m.monitored.get("watchdog"), m.cpu, m.backlog_drops, m.health_warnings, bool(m.monitored),
         measured_ms=measured_seconds(m.blocks) * 1000, rate_bps=scenario.link.rate,
         faithful_bps=faithful_bps, senders=scenario.topology.senders, virtual_time=virtual_time)
+    # A sweep run with --force-jobs: how many runs shared the machine with this one (their
+    # load shows in this run's CPU and link measurements, which judge it).
+    verdict["concurrent_runs"] = int(os.environ.get("INCAST_CONCURRENT_RUNS", "0"))
+    return verdict
 
 
 def _write_tables(results, m: _Measured) -> None:

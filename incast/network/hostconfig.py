@@ -14,10 +14,11 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
-from . import dataplane as dataplanes
-from .netdev import WIRE_OVERHEAD, offloads_off_command, tx_checksum_off_command
-from .results import RTO_COUNTERS
-from .scenario import ETH_HLEN
+from incast import dataplane as dataplanes
+from incast.machine.netdev import offloads_off_command, tx_checksum_off_command
+from incast.constants import NIC_SLACK_FRAMES_MAX, NIC_TIMER_SLACK_US, WIRE_OVERHEAD
+from incast.constants import RTO_COUNTERS
+from incast.constants import ETH_HLEN
 
 NIC_QUEUE_PACKETS = 10_000
 # A NIC sends at line rate and no faster: its bucket holds one frame plus what the
@@ -29,8 +30,7 @@ NIC_QUEUE_PACKETS = 10_000
 # idle, at the start of every block: capped at 8 frames, one sender's burst fits the
 # shallowest buffer the papers use (32 KiB = 21 frames) with room to spare, and with
 # many senders the port overflows at the block's start either way.
-NIC_TIMER_SLACK_US = 1000
-NIC_SLACK_FRAMES_MAX = 8
+# (NIC_TIMER_SLACK_US and NIC_SLACK_FRAMES_MAX are in incast.constants: fidelity judges by them.)
 
 
 @dataclass(frozen=True)

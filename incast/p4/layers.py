@@ -14,7 +14,7 @@ from scapy.fields import BitField, ByteEnumField, ByteField, IntField, ShortFiel
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, bind_layers
 
-from . import p4program
+from incast.p4 import program as p4program
 
 ETHERTYPE_TELEMETRY = p4program.constants()["ETHERTYPE_TELEMETRY"]
 PAUSE_DST = "01:80:c2:00:00:01"

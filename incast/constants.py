@@ -1,0 +1,38 @@
+"""Where things are and the numbers every stage shares: one place, so that a module
+never works out the checkout's layout for itself and no stage imports a later one
+for a constant."""
+from __future__ import annotations
+
+from pathlib import Path
+
+# --- the checkout ----------------------------------------------------------------
+REPO = Path(__file__).resolve().parent.parent
+HOSTS_DIR = REPO / "hosts"              # programs that run on the emulated hosts
+TOPOLOGIES_DIR = REPO / "topologies"    # one Mininet Topo file per kind: the topology registry
+P4_SOURCE = REPO / "p4src" / "incast.p4"
+FIGURES_DIR = REPO / "figures"
+LABS_DIR = REPO / "labs"
+KERNEL_BUILD_SH = REPO / "kernels" / "build.sh"
+BUILD_DIR = REPO / "build"              # what scripts/ and the data planes build (not committed)
+BPF_BUILD_DIR = BUILD_DIR / "bpf"
+P4_BUILD_DIR = BUILD_DIR / "p4"
+
+# --- Ethernet ----------------------------------------------------------------------
+ETH_HLEN = 14
+# Bytes a frame occupies on real Ethernet beyond what the kernel counts (preamble 8,
+# FCS 4, inter-frame gap 12): with it, 1 Gbit/s carries at most 1448/1538 = 94.1% payload.
+WIRE_OVERHEAD = 24
+
+# --- host NICs -----------------------------------------------------------------------
+# A host NIC's token bucket holds one frame plus this much link time (the timer that
+# restarts a NIC comes late; a shallower bucket loses that time for good) ...
+NIC_TIMER_SLACK_US = 1000
+# ... but at most this many frames more (a server idle that long sends them at once).
+NIC_SLACK_FRAMES_MAX = 8
+
+# --- TCP counters ----------------------------------------------------------------------
+# Linux counts a retransmission timeout under one of these, by the state the
+# connection was in when it fired (tcp_retransmit_timer): TCPTimeouts only when it
+# was in no recovery at all.
+RTO_COUNTERS = ["TCPTimeouts", "TCPSackFailures", "TCPRenoFailures", "TCPSackRecoveryFail",
+                "TCPRenoRecoveryFail", "TCPLossFailures"]

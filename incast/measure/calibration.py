@@ -1,0 +1,98 @@
+"""The machine's calibration record: the highest link rate it emulates faithfully per
+number of senders, as ``incast calibrate`` (incast.run.calibrate) measured it, cached
+per machine in /var/cache/incast/calibration. Reading it is all a run needs; measuring
+it takes runs, which is why the two live in different stages.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from pathlib import Path
+
+from incast.errors import MissingFeature
+
+CACHE_DIR = Path(os.environ.get("INCAST_CACHE", "/var/cache/incast")) / "calibration"
+VERSION = 7     # bump when the procedure or its criteria change
+LADDER_MBPS = [1000, 800, 600, 500, 400, 300, 200, 100, 50, 20, 10]
+
+
+def machine() -> dict:
+    model = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"kernel": platform.release(), "kernel_build": platform.version(), "cpu_model": model,
+            "cpus": len(os.sched_getaffinity(0))}
+
+
+def cache_key() -> str:
+    from incast import dataplane
+    from incast.constants import NIC_SLACK_FRAMES_MAX, NIC_TIMER_SLACK_US
+    burst = max(dataplane.get(n).port_burst_frames for n, e in dataplane.REGISTRY.items() if e.calibrated)
+    inputs = {"version": VERSION, **machine(), "switch_burst_frames": burst,
+              "nic_timer_slack_us": NIC_TIMER_SLACK_US,
+              "nic_slack_frames_max": NIC_SLACK_FRAMES_MAX, "ladder": LADDER_MBPS}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cache_path() -> Path:
+    return CACHE_DIR / f"{cache_key()}.json"
+
+
+def cached() -> dict | None:
+    try:
+        return json.loads(cache_path().read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def faithful_rate(calibration: dict, senders: int) -> int:
+    """bit/s: the highest calibrated rate faithful for every calibrated sender count up
+    to the first one >= senders (beyond the largest: that one's, flagged by the run
+    itself if it does not hold)."""
+    rates = {int(k): v for k, v in calibration["rates_bps"].items()}
+    counts = sorted(rates)
+    upto = next((c for c in counts if c >= senders), counts[-1])
+    usable = [rates[c] for c in counts if c <= upto and rates[c]]
+    if not usable:
+        raise RuntimeError("calibration found no faithful rate on this machine (not even "
+                           f"{LADDER_MBPS[-1]} Mbit/s); see incast calibrate")
+    return min(usable)
+
+
+def describe(c: dict) -> list[str]:
+    rates = ", ".join(f"{'up to ' if n != '1' else ''}{n} sender{'s' if n != '1' else ''} {int(r) / 1e6:g} Mbit/s"
+                      for n, r in c["rates_bps"].items())
+    return [f"faithful link rate: {rates}",
+            f"qdisc timer lateness p99 {c['timer_late_us_p99']} us; backlogged dequeues late by up to "
+            f"{c['dequeue_lateness_us_p99']} us (p99); {c['cpu_us_per_packet']} us of CPU per forwarded packet",
+            f"calibrated {c['created']} in {c['seconds']} s ({len(c['trials'])} runs), cached as {cache_path()}"]
+
+
+def brief() -> dict | None:
+    """What a run's environment.json says of the calibration it was judged by."""
+    c = cached()
+    if c is None:
+        return None
+    return {k: c[k] for k in ("key", "created", "rates_bps", "timer_late_us_p99",
+                              "dequeue_lateness_us_p99", "cpu_us_per_packet")}
+
+
+def resolve_auto_rate(scenario, senders: int | None = None):
+    """The scenario with link.rate "auto" replaced by the highest rate the calibration
+    found faithful here for `senders` (default: the scenario's). The machine must be
+    calibrated (incast.run.calibrate.ensure does it first where a command may)."""
+    if scenario.link.rate != "auto":
+        return scenario
+    c = cached()
+    if c is None:
+        raise MissingFeature("link.rate auto: this machine is not calibrated (incast calibrate: "
+                             "under a minute, once)")
+    rate = faithful_rate(c, senders or scenario.topology.senders)
+    return scenario.model_copy(update={"link": scenario.link.model_copy(update={"rate": rate})})

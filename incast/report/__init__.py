@@ -1,0 +1,1 @@
+"""What is made from results: plots, timeout explanations, the papers' figures."""

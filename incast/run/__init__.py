@@ -1,0 +1,1 @@
+"""Running scenarios: one run (experiment), calibration, sweeps and campaigns."""

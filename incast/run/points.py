@@ -1,0 +1,101 @@
+"""A campaign's memory: every measured point kept under a key, so that no point is
+measured twice and a killed sweep loses only the points that were running.
+
+A point's key hashes everything that decides its result:
+
+* the resolved scenario (``to_toml``: canonical units, the seed included),
+* the code's version (a hash of the package, the host programs, the topologies, the
+  P4 program and the kernel patches: the files a run executes),
+* the kernel it runs on: for a guest, the kernels/build.sh key of its variant (every
+  input of the build); for this machine's kernel, its release and build string.
+
+The store is a directory of run directories named by key
+(``${INCAST_POINTS:-/var/cache/incast/points}``, or ``~/.cache/incast/points`` where
+that cannot be written). A run writes its directory under ``.KEY.incomplete`` and
+renames it when complete (incast.measure.results.Claim), so a point is either
+whole in the store or absent: SIGKILL at any moment leaves nothing half-done that a
+later sweep could mistake for a result.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+from functools import lru_cache
+from pathlib import Path
+
+from incast.constants import REPO
+from incast.measure.results import is_complete
+from incast.scenario import Scenario, to_toml
+
+# The files a run executes or reads; their bytes are the code's version.
+CODE_GLOBS = ("incast/**/*.py", "incast/**/*.sh", "incast/bpf/*.c", "incast/bpf/*.h", "hosts/**/*.py",
+              "topologies/*.py", "p4src/*.p4", "kernels/patches*/*.patch", "kernels/config/*.config",
+              "kernels/build.sh")
+
+
+@lru_cache(maxsize=1)
+def code_version() -> str:
+    h = hashlib.sha256()
+    files = sorted({p for g in CODE_GLOBS for p in REPO.glob(g) if p.is_file()})
+    for p in files:
+        h.update(str(p.relative_to(REPO)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=8)
+def kernel_key(kernel: str, clock: str) -> str:
+    """What identifies the kernel a point runs on (see the module's docstring)."""
+    if kernel == "host":
+        return f"host:{platform.release()}:{platform.version()}"
+    from incast.vm import guest, uml
+    variant = uml.variant(kernel) if clock == "virtual" else kernel
+    d = guest.kernel_dir(variant)
+    return f"{variant}:{d.name if d else 'not-built'}"
+
+
+def point_key(scenario: Scenario) -> str:
+    h = hashlib.sha256()
+    for part in (to_toml(scenario), code_version(), kernel_key(scenario.kernel, scenario.clock)):
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()[:20]
+
+
+def default_store() -> Path:
+    env = os.environ.get("INCAST_POINTS")
+    if env:
+        return Path(env)
+    system = Path(os.environ.get("INCAST_CACHE", "/var/cache/incast")) / "points"
+    try:
+        system.mkdir(parents=True, exist_ok=True)
+        if os.access(system, os.W_OK):
+            return system
+    except OSError:
+        pass
+    return Path.home() / ".cache" / "incast" / "points"
+
+
+class Store:
+    """Finished points by key; a point's directory is an ordinary run directory."""
+
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root) if root else default_store()
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, key: str) -> Path:
+        return self.root / key
+
+    def get(self, key: str) -> Path | None:
+        p = self.path(key)
+        return p if is_complete(p) else None
+
+    def copy_into(self, key: str, dest: Path) -> None:
+        """The point's run directory at dest: hard links where the file system allows
+        (a sweep directory costs no space twice), else a copy."""
+        src = self.path(key)
+        try:
+            shutil.copytree(src, dest, copy_function=os.link)
+        except OSError:
+            shutil.rmtree(dest, ignore_errors=True)
+            shutil.copytree(src, dest)
