@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 import tomllib
@@ -158,7 +159,7 @@ def cmd_sweep(args) -> int:
     points = sweep.expand(data, overrides, grid)
     out = Path(args.out) if args.out else Path("results") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     def log(message):   # warnings, the auto rate and the store always; the rest with -v
-        if args.verbose or message.startswith(("warning:", "link.rate auto")) or "already measured" in message:
+        if args.verbose or message.startswith(("warning:", "link.rate auto")) or re.match(r"(run \d+ failed|\d+ of \d+ runs already)", message):
             tqdm.write(message, file=sys.stderr)
     calibrate.ensure(points[0][1], log)
     t_start = time.monotonic()
@@ -249,6 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="image file (default RUN_DIR/explain.png)")
     p.add_argument("--json", action="store_true", help="print the breakdown as JSON")
     p.set_defaults(func=lambda a: __import__("incast.report.explain", fromlist=["cmd_explain"]).cmd_explain(a))
+
+    p = sub.add_parser("report", help="an interactive HTML page of a run or a sweep (self-contained, offline)")
+    p.add_argument("path", metavar="RUN_DIR|SWEEP_DIR")
+    p.add_argument("--out", help="HTML file (default DIR/report.html; a sweep also writes runs/*/report.html)")
+    p.set_defaults(func=lambda a: __import__("incast.report.html", fromlist=["cmd_report"]).cmd_report(a))
 
     p = sub.add_parser("probe", help="show what this machine's kernel can do")
     p.set_defaults(func=cmd_probe)

@@ -178,7 +178,7 @@ class LinuxDataPlane(DataPlane):
                                  "--clock virtual --kernel stock|hrtimer")
         if scenario.switch.qos.queues > 1 and not features.u32:
             raise MissingFeature("QoS partitioning needs the tc u32 classifier (CONFIG_NET_CLS_U32)")
-        if scenario.telemetry.enabled and not features.virtual_time:
+        if scenario.telemetry.enabled and features.clock.bpf:
             from incast.measure.qdisc_recorder import recorder_binary
             ok, why = features.telemetry_ok()
             if recorder_binary() is None and not ok:    # the compiled recorder, else bpftrace
@@ -197,7 +197,7 @@ class LinuxDataPlane(DataPlane):
         lines = []
         for p in self.ports:
             lines += port_tc_commands(p.name, self.scenario, port_rate(p, self.scenario),
-                                      exact_timers=self.features.virtual_time)
+                                      exact_timers=self.features.clock.exact_timers)
         self.tc_script = "\n".join(lines) + "\n"
         netdev.batch("tc", lines)
 
@@ -270,7 +270,7 @@ class LinuxDataPlane(DataPlane):
         user space and takes CPU from packet processing (it can soften a collapse)."""
         from incast.measure.qdisc_recorder import QdiscRecorder, recorder_binary
         ports = {p.ifindex: (p.switch, p.name) for p in self.ports}
-        if self.features.virtual_time:      # no BPF events on ARCH=um; sampling is free there
+        if not self.features.clock.bpf:     # no BPF events on ARCH=um; sampling is free there
             from incast.measure.qdisc_sampler import QdiscSampler
             return QdiscSampler(run_dir, world_inode, ports, host_of_ip, self.scenario.telemetry.interval)
         args = (run_dir, world_inode, ports, self.scenario.switch.qos.dscp_table(),

@@ -16,6 +16,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from incast.clock import VIRTUAL, Clock
+from incast.clock import of_clocksource as clock_of
 from incast.errors import MissingFeature
 
 TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
@@ -40,10 +42,14 @@ class Features:
     clocksource: str = ""
 
     @property
+    def clock(self) -> Clock:
+        """The clock this kernel runs on (incast.clock): virtual in User-Mode Linux with
+        time-travel, real otherwise."""
+        return clock_of(self.clocksource)
+
+    @property
     def virtual_time(self) -> bool:
-        """Running in User-Mode Linux with time-travel: the clock is virtual, the CPU
-        infinitely fast, and there are no BPF events (ARCH=um)."""
-        return self.clocksource == "time-travel-clock"
+        return self.clock is VIRTUAL
 
     @property
     def jiffy_us(self) -> int:
@@ -74,7 +80,7 @@ class Features:
 
     def summary_lines(self) -> list[str]:
         lines = [f"kernel {self.kernel}, HZ={self.hz} (jiffy {self.jiffy_us} us)"]
-        if self.virtual_time:
+        if not self.clock.bpf:
             lines.append("virtual time (User-Mode Linux, time-travel): no BPF events; "
                          "queue telemetry is sampled")
         missing = [q for q, ok in self.qdiscs.items() if not ok]

@@ -145,6 +145,7 @@ class Run:
                             "started": time.time(), "restore_sysctls": {}}
         self._old_handlers: dict = {}
         self._entered = False
+        self._children: list = []     # subprocess.Popen objects to reap at teardown
 
     # --- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Run":
@@ -205,14 +206,32 @@ class Run:
             self.set_global_sysctl(key, str(at_least))
 
     # --- teardown --------------------------------------------------------------------
+    def track(self, *children) -> None:
+        """Child processes this run started outside its own bookkeeping (Mininet's node
+        shells): teardown kills them with the rest and then waits for each, so none
+        outlives the run as a zombie (a sweep of hundreds of hosts per run piles them up)."""
+        self._children += [c for c in children if c is not None]
+
     def teardown(self) -> None:
         try:
             self.leave_world()
         finally:
             remove_run(self.token, self.state)
+            self._reap()
             for sig, handler in self._old_handlers.items():
                 signal.signal(sig, handler)
             os.environ.pop(ENV_MARK, None)
+
+
+    def _reap(self) -> None:
+        for child in self._children:
+            if child.poll() is None:
+                child.kill()
+            try:
+                child.wait(timeout=5)
+            except Exception:       # noqa: BLE001  a child that will not die is killed again by cleanup
+                pass
+        self._children = []
 
 
 def remove_run(token: str, state: dict | None = None) -> dict:

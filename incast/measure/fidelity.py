@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from incast.clock import REAL, Clock
 from incast.constants import BPF_BUILD_DIR
 BINARY = BPF_BUILD_DIR / "link-monitor"
 SUB_BITS = 3            # LM_SUB_BITS in incast/bpf/link_monitor.h
@@ -213,13 +214,13 @@ def cpu_use(before: list[list[int]] | None, after: list[list[int]] | None) -> di
 def assess(rows: list[dict], watchdog: dict | None, cpu: dict, backlog_drops: int,
            dataplane_warnings: list[str], monitored: bool, measured_ms: float,
            rate_bps: int | None = None, faithful_bps: int | None = None, senders: int = 1,
-           virtual_time: bool = False) -> dict:
+           clock: Clock = REAL) -> dict:
     """The summary's fidelity object. measured_ms: wall time of the measured blocks;
     faithful_bps: the rate calibration found faithful here for this many senders (None:
-    not calibrated, or not applicable to this data plane). virtual_time: the run was in
-    User-Mode Linux with time-travel, where the CPU is infinitely fast and timers fire
-    exactly: no CPU can saturate and no link fall behind for want of one, and the BPF
-    link monitor cannot run (ARCH=um has no BPF events)."""
+    not calibrated, or not applicable to this data plane). clock: the run's (incast.clock);
+    in virtual time the CPU is infinitely fast and timers fire exactly: no CPU can
+    saturate and no link fall behind for want of one, and the BPF link monitor cannot
+    run (ARCH=um has no BPF events)."""
     reasons = []
     if faithful_bps is not None and rate_bps is not None and rate_bps > faithful_bps:
         # Measured, not assumed: above this rate calibration saw the machine fall short
@@ -249,9 +250,9 @@ def assess(rows: list[dict], watchdog: dict | None, cpu: dict, backlog_drops: in
         more = f" (+{len(slow) - 1} more links)" if len(slow) > 1 else ""
         reasons.append(f"{w['link']} served at {100 * w['service_ratio']:.0f}% of {w['rate_mbps']:g} Mbit/s "
                        f"while backlogged, {w['deficit_ms']:.0f} ms short in {measured_ms:.0f} ms{more}")
-    if not monitored and not virtual_time:
+    if not monitored and clock.bpf:
         reasons.append("link rates not measured (build/bpf/link-monitor missing: scripts/build-bpf.sh)")
-    if cpu.get("cpu_busy_max", 0) >= MAX_CPU_BUSY and not virtual_time:
+    if cpu.get("cpu_busy_max", 0) >= MAX_CPU_BUSY and clock.cpu_can_saturate:
         reasons.append(f"a CPU saturated ({100 * cpu['cpu_busy_max']:.0f}% busy)")
     if backlog_drops:
         reasons.append(f"{backlog_drops} packets dropped by full CPU input backlogs")
@@ -267,7 +268,7 @@ def assess(rows: list[dict], watchdog: dict | None, cpu: dict, backlog_drops: in
     return {
         "ok": not reasons,
         "reasons": reasons,
-        "clock": "virtual" if virtual_time else "real",
+        "clock": clock.name,
         "min_service_ratio": worst["service_ratio"] if worst else None,
         "min_service_link": worst["link"] if worst else None,
         "max_deficit_share": round(max((r["deficit_ms"] for r in judged), default=0.0) / measured_ms, 4)

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from incast.errors import BadInput
+from incast.errors import BadInput, RunFailed
+
+WORKER_WAIT_S = 120     # for the cluster's first worker, before any point is submitted
 from incast.measure.results import Claim, is_complete
 
 
@@ -86,8 +88,11 @@ class LocalExecutor:
         def one(task: Task) -> Done:
             f = work / f"{task.key}.toml"
             f.write_text(task.scenario_toml)
-            rc, err, secs = _incast_run(f, store.path(task.key), env)
-            ok = rc == 0 and is_complete(store.path(task.key))
+            out = store.scratch(task.key)
+            rc, err, secs = _incast_run(f, out, env)
+            ok = rc == 0 and is_complete(out)
+            if ok:
+                store.install(task.key, out)
             return Done(task, ok, None if ok else _error_line(rc, err), secs, err, "local")
         try:
             with ThreadPoolExecutor(max_workers=self.jobs) as pool:
@@ -141,6 +146,10 @@ class DaskExecutor:
         from distributed import as_completed as dask_completed
         client = self._client()
         try:
+            try:
+                client.wait_for_workers(1, timeout=WORKER_WAIT_S)
+            except TimeoutError:
+                raise RunFailed(f"--executor {self.address}: no Dask worker joined in {WORKER_WAIT_S} s") from None
             futures = {client.submit(run_point_on_worker, t.scenario_toml, key=f"incast-{t.key}",
                                      pure=False): t for t in tasks}
             for fut in dask_completed(futures):
@@ -153,13 +162,23 @@ class DaskExecutor:
                     continue
                 ok = rc == 0 and bool(blob)
                 if ok:
-                    claim = Claim(store.path(task.key))
-                    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
-                        tar.extractall(claim.path, filter="data")
-                    claim.finalize()
+                    claim = Claim(store.scratch(task.key))
+                    _unpack(blob, claim.path)
+                    store.install(task.key, claim.finalize())
                 yield Done(task, ok, None if ok else _error_line(rc, err), secs, err, str(who[0]))
         finally:
             client.close()
+
+
+def _unpack(blob: bytes, dest: Path) -> None:
+    """A worker's run directory into dest: regular files and directories only, every
+    one inside dest (what a worker sends is not trusted to name other places)."""
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
+        members = tar.getmembers()
+        for m in members:
+            if not (m.isfile() or m.isdir()) or m.name.startswith("/") or ".." in Path(m.name).parts:
+                raise RunFailed(f"a worker's results hold {m.name!r}: not a file inside the run directory")
+        tar.extractall(dest, members=members)
 
 
 def executor(spec: str | None, jobs: int, concurrent_real_time: bool):

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from incast import clock as clocks
 from incast import dataplane as dataplanes
 from incast.measure import calibration, fidelity
 from incast.network import hostconfig
@@ -61,7 +62,7 @@ def environment(features: Features, scenario: Scenario, tcp: hostconfig.TcpProfi
     versions["iproute2"] = netdev.version()
     return {
         "kernel": features.kernel, "hz": features.hz, "jiffy_us": features.jiffy_us,
-        "clock": "virtual" if features.virtual_time else "real", "clocksource": features.clocksource,
+        "clock": features.clock.name, "clocksource": features.clocksource,
         "rto_min_us": tcp.rto_min_us, "rto_floor_us": tcp.rto_floor_us, "hrtimer_rto": tcp.hrtimer,
         "dataplane": scenario.dataplane, "machine": platform.machine(),
         "cpus": len(os.sched_getaffinity(0)),
@@ -89,6 +90,32 @@ def calibrated_rate(scenario: Scenario) -> int | None:
 class Outcome:
     run_dir: Path
     summary: dict
+
+
+PHASE_LINE = re.compile(r"phase: (\w+) ([0-9.]+)$")
+# A run's phases, in order; the host adds boot and imports (and exit) for a guest's run.
+PHASES = ("setup", "build", "start", "warmup", "measured", "stop", "teardown", "results")
+
+
+class Phases:
+    """Seconds per phase of a run on its own clock (virtual in User-Mode Linux), and a
+    line ``phase: NAME SECONDS`` at each boundary: a host following a guest's run
+    stamps those lines with its own clock (host_phase_s)."""
+
+    def __init__(self, log):
+        self.log, self.t, self.seconds = log, time.monotonic(), dict.fromkeys(PHASES, 0.0)
+        log("phase: started 0")
+
+    def mark(self, name: str) -> None:
+        """The phase `name` ends now (a phase that recurs, such as a repetition's
+        warm-up, adds up)."""
+        now = time.monotonic()
+        self.seconds[name] += now - self.t
+        self.t = now
+        self.log(f"phase: {name} {self.seconds[name]:.3f}")
+
+    def rounded(self) -> dict:
+        return {k: round(v, 3) for k, v in self.seconds.items()}
 
 
 class _Lines:
@@ -199,39 +226,45 @@ def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out
     kernel (clock real), or User-Mode Linux built from the same source (clock virtual).
     The same code runs inside, on the machine's root shared read-only; the results come
     back through the guest's writable directory and land at out like any run's, with the
-    host wall time beside the guest's (virtual) time."""
+    host wall time beside the guest's (virtual) time, per phase (host_phase_s)."""
     import shutil
     import tempfile
     from incast.vm import guest, qemu, uml
     from incast.errors import MissingFeature
     from incast.measure.results import Claim
-    virtual = scenario.clock == "virtual"
-    variant = uml.variant(scenario.kernel) if virtual else scenario.kernel
-    if not virtual and qemu.qemu_binary() is None:
+    clock = clocks.named(scenario.clock)
+    runner = {"uml": uml, "qemu": qemu}[clock.guest_runner]
+    variant = uml.variant(scenario.kernel) if runner is uml else scenario.kernel
+    if runner is qemu and qemu.qemu_binary() is None:
         raise MissingFeature("--kernel needs qemu-system-x86_64 (Debian package qemu-system-x86)")
     if guest.kernel_dir(variant) is None:
-        hint = "kernels/build.sh --uml" if virtual else "kernels/build.sh"
-        raise MissingFeature(f"the {variant} kernel is not built for the current inputs: run {hint}")
+        raise MissingFeature(f"the {variant} kernel is not built for the current inputs: run "
+                             f"{clock.guest_build_hint}")
     inner = scenario.model_copy(update={"kernel": "host", "clock": "real"})
     claim = Claim(out, unique_out)
     out = claim.final
-    # -v: the guest's run says what it does and a line per block, which the host
-    # follows as they are written (a run of hundreds of servers takes an hour of host time).
-    command = f"{sys.executable} -m incast run $RESULTS/scenario.toml --out $RESULTS/run --json -v"
+    # -v: the guest's run says what it does, a line per block and one per phase, which
+    # the host follows as they are written (a run of hundreds of servers takes an hour
+    # of host time) and stamps with its own clock. The first line marks the guest's boot.
+    command = f"echo 'phase: booted 0'; {sys.executable} -m incast run $RESULTS/scenario.toml " \
+              "--out $RESULTS/run --json -v"
+    host_phases = HostPhases()
 
     def on_line(line: str):
         if BLOCK_LINE.match(line):
             if progress:
                 progress(1)
+        elif PHASE_LINE.match(line):
+            host_phases.stamp(PHASE_LINE.match(line).group(1))
         elif line and not line.startswith("{"):      # the last line is the summary
             log(line if line.startswith("warning:") else f"guest: {line}")
-    if virtual:
+    if runner is uml:
         # The guest's root is this machine's: the tools found on the caller's PATH
         # (bmv2 under /opt/p4, say) are found there, before the guest's own PATH.
         command = f"PATH={shlex.quote(os.environ.get('PATH', ''))}:$PATH {command}"
     with tempfile.TemporaryDirectory(prefix=".incast-vm-", dir=out.parent) as tmp:
         Path(tmp, "scenario.toml").write_text(to_toml(inner))
-        if virtual:
+        if runner is uml:
             log(f"starting the {variant} kernel in virtual time")
             r = uml.run(command, kernel=variant, results_dir=tmp, timeout=6 * 3600, cwd=REPO,
                         memory_mb=uml_memory_mb(scenario), env={"PYTHONHASHSEED": "0"}, on_line=on_line)
@@ -241,18 +274,41 @@ def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out
         if r.returncode != 0 or not Path(tmp, "run", "summary.json").is_file():
             lines = [ln for ln in (r.output or "").strip().splitlines() if ln.startswith("incast:")]
             why = lines[-1] if lines else ("timed out" if r.timed_out else f"exit status {r.returncode}")
-            raise RunFailed(f"the run in the {variant} {'UML' if virtual else 'VM'} failed: {why}")
+            raise RunFailed(f"the run in the {variant} {'UML' if runner is uml else 'VM'} failed: {why}")
         for item in Path(tmp, "run").iterdir():
             shutil.move(str(item), str(claim.path / item.name))
     claim.finalize()
     summary = json.loads((out / "summary.json").read_text())
     summary.update({"kernel": scenario.kernel, "clock": scenario.clock, "run_dir": str(out),
-                    "host_seconds": round(r.elapsed, 3), "guest_seconds": r.guest_seconds})
+                    "host_seconds": round(r.elapsed, 3), "guest_seconds": r.guest_seconds,
+                    "host_phase_s": host_phases.seconds(r.elapsed)})
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "scenario.toml").write_text(to_toml(scenario))
-    if virtual and r.guest_seconds is not None:   # the guest has said the rest
+    if runner is uml and r.guest_seconds is not None:   # the guest has said the rest
         log(f"virtual {r.guest_seconds:.2f} s in {r.elapsed:.0f} s of host time")
     return Outcome(run_dir=out, summary=summary)
+
+
+class HostPhases:
+    """The host's seconds per phase of a guest's run, from the moment each ``phase:``
+    line reached the host (followed every 0.2 s: that is the resolution). ``boot`` ends
+    when the guest's command starts, ``imports`` when the run inside begins; ``exit``
+    is what follows its last phase (the guest shutting down)."""
+
+    def __init__(self):
+        self.t0 = time.monotonic()
+        self.stamps: list[tuple[str, float]] = []
+
+    def stamp(self, name: str) -> None:
+        self.stamps.append(({"booted": "boot", "started": "imports"}.get(name, name), time.monotonic()))
+
+    def seconds(self, elapsed: float) -> dict:
+        out, last = {}, self.t0
+        for name, t in self.stamps:
+            out[name] = round(out.get(name, 0.0) + t - last, 2)
+            last = t
+        out["exit"] = round(max(0.0, self.t0 + elapsed - last), 2)
+        return out
 
 
 def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None,
@@ -263,6 +319,7 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None,
     if scenario.kernel != "host":
         return run_in_guest(scenario, out, log, unique_out, progress)
     auto_rate = scenario.link.rate == "auto"
+    phases = Phases(log)
     results = ResultsDir(out, unique=unique_out)     # the output location first: exit 2, nothing built
     try:
         scenario = calibration.resolve_auto_rate(scenario)
@@ -279,11 +336,17 @@ def run(scenario: Scenario, out: Path, progress=None, log=lambda msg: None,
     results.write_json("environment.json", env)
     dp = dataplanes.get(scenario.dataplane)(scenario, features)
     dp.log_dir = results.path
+    phases.mark("setup")
     with resources.Run() as res:
         lab = _build(scenario, features, tcp, dp, res, results, log)
-        m = _measure(scenario, features, dp, res, lab, results, progress, log)
+        phases.mark("build")
+        m = _measure(scenario, features, dp, res, lab, results, progress, log, phases)
+        phases.mark("stop")
+    phases.mark("teardown")
     summary = _summary(scenario, dp, lab, m, tcp, auto_rate, results, calibrating, log)
     _write_tables(results, m)
+    phases.mark("results")
+    summary["phase_s"] = phases.rounded()
     results.write_json("summary.json", summary)
     final = results.finalize()
     log(one_line(summary))
@@ -353,7 +416,10 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     topo = topology.load(scenario.topology.kind, scenario.topology.senders, **scenario.topology.params())
     net = Mininet(topo=topo, switch=dp.switch_class(), controller=None, host=Host, link=Link,
                   build=False, waitConnected=False)
-    net.build()
+    try:
+        net.build()
+    finally:    # every node shell Mininet started, even if the build failed half-way
+        res.track(*(getattr(n, "shell", None) for n in net.hosts + net.switches))
     net.start()
     client = net.get(topo.client)
     servers = [net.get(s) for s in topo.servers]
@@ -370,7 +436,7 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     return _Lab(net, client, servers, dscps, dp.bottleneck(client.name), build_s)
 
 
-def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> _Measured:
+def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log, phases) -> _Measured:
     """Start the workload's servers and what measures alongside, run the repetitions,
     stop everything that measured."""
     wl = workloads.get(scenario.workload.kind)(scenario, hostconfig.host_popen, _Lines)
@@ -392,11 +458,12 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> 
         capture.start(lab.servers)
     links = watched_links(lab.net, dp, scenario, world_inode)
     monitor = None
-    if fidelity.monitor_binary() is not None and not features.virtual_time:   # BPF: not on ARCH=um
+    if fidelity.monitor_binary() is not None and features.clock.bpf:   # BPF: not on ARCH=um
         monitor = fidelity.LinkMonitor(links, skip_first=fidelity.skip_first(dp.port_burst_frames))
         monitor.start()
+    phases.mark("start")
     reps = _Repetitions(scenario, dp, lab, wl, progress, background,
-                        on_t0=lambda: _storm_begins(agents, scenario))
+                        on_t0=lambda: _storm_begins(agents, scenario), phases=phases)
     for rep in range(scenario.workload.repetitions):
         reps.run(rep)
     if background:
@@ -427,8 +494,9 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log) -> 
 class _Repetitions:
     """Runs the workload's repetitions, measuring around their measured blocks."""
 
-    def __init__(self, scenario, dp, lab: _Lab, wl, progress, background=None, on_t0=None):
+    def __init__(self, scenario, dp, lab: _Lab, wl, progress, background=None, on_t0=None, phases=None):
         self.scenario, self.dp, self.lab, self.wl, self.progress = scenario, dp, lab, wl, progress
+        self.phases = phases
         self.background = background
         self.on_t0 = on_t0      # called as the first measured block begins
         self.block_rows, self.flow_rows, self.counter_rows, self.queue_frames = [], [], [], []
@@ -441,6 +509,8 @@ class _Repetitions:
         before = {}
 
         def measuring():
+            if self.phases:
+                self.phases.mark("warmup")
             before["counters"] = {h.name: hostconfig.read_counters(h.pid) for h in hosts}
             before["queues"] = self.dp.queue_counters()
             before["softnet"] = softnet_drops()
@@ -462,6 +532,8 @@ class _Repetitions:
                 self.progress(1)
 
         def measured():
+            if self.phases:
+                self.phases.mark("measured")
             self.cpu_after = fidelity.cpu_times()
             if self.background:
                 self.background.measured(rep)
@@ -566,7 +638,7 @@ def _summary(scenario, dp, lab: _Lab, m: _Measured, tcp, auto_rate, results, cal
     if m.backlog_drops:
         log(f"warning: {m.backlog_drops} packets dropped by full CPU input backlogs, not by the "
             "switch (raise net.core.netdev_max_backlog)")
-    summary["fidelity"] = _fidelity(scenario, m, calibrating, log, dp.features.virtual_time)
+    summary["fidelity"] = _fidelity(scenario, m, calibrating, log, dp.features.clock)
     if not summary["fidelity"]["ok"]:
         log(fidelity.warning_line(summary["fidelity"]))
     return summary
@@ -583,9 +655,10 @@ def _pause_summary(scenario, pause: dict) -> dict:
             **pause}
 
 
-def _fidelity(scenario, m: _Measured, calibrating: bool, log, virtual_time: bool = False) -> dict:
-    """calibrating: a calibration trial; virtual_time: no calibration applies there."""
-    uncalibrated = calibrating or virtual_time
+def _fidelity(scenario, m: _Measured, calibrating: bool, log, clock) -> dict:
+    """calibrating: a calibration trial; a clock without calibration (virtual) has no
+    faithful rate to judge by."""
+    uncalibrated = calibrating or not clock.calibrated
     faithful_bps = None if uncalibrated else calibrated_rate(scenario)
     if faithful_bps is None and not uncalibrated and dataplanes.REGISTRY[scenario.dataplane].calibrated:
         log("warning: this machine is not calibrated, so the run cannot say whether its link rate "
@@ -594,7 +667,7 @@ def _fidelity(scenario, m: _Measured, calibrating: bool, log, virtual_time: bool
     verdict = fidelity.assess(
         rows, m.monitored.get("watchdog"), m.cpu, m.backlog_drops, m.health_warnings, bool(m.monitored),
         measured_ms=measured_seconds(m.blocks) * 1000, rate_bps=scenario.link.rate,
-        faithful_bps=faithful_bps, senders=scenario.topology.senders, virtual_time=virtual_time)
+        faithful_bps=faithful_bps, senders=scenario.topology.senders, clock=clock)
     # A sweep run with --force-jobs: how many runs shared the machine with this one (their
     # load shows in this run's CPU and link measurements, which judge it).
     verdict["concurrent_runs"] = int(os.environ.get("INCAST_CONCURRENT_RUNS", "0"))

@@ -18,10 +18,12 @@ later sweep could mistake for a result.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import platform
 import shutil
+import uuid
 from functools import lru_cache
 from pathlib import Path
 
@@ -89,6 +91,44 @@ class Store:
     def get(self, key: str) -> Path | None:
         p = self.path(key)
         return p if is_complete(p) else None
+
+    def scratch(self, key: str) -> Path:
+        """Where a new measurement of key is written before it is installed: a name of
+        its own, so that measuring a point again never touches the one stored."""
+        return self.root / f".{key}.{uuid.uuid4().hex[:8]}.new"
+
+    def install(self, key: str, run_dir: Path) -> None:
+        """A complete run directory becomes the point `key` (replacing an older one)."""
+        old = self.path(key)
+        trash = self.root / f".{key}.{uuid.uuid4().hex[:8]}.old"
+        if old.exists():
+            os.rename(old, trash)
+        os.rename(run_dir, old)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def remove_stale(self) -> int:
+        """What killed sweeps left: a measurement that completed before its sweep could
+        install it is installed now (nothing measured is lost); the work directory of
+        one that did not complete (its lock held by no live process) is removed.
+        Returns how many were removed."""
+        for d in self.root.glob(".*.new"):
+            if is_complete(d):
+                self.install(d.name.split(".")[1], d)
+        removed = 0
+        for d in self.root.glob(".*.incomplete"):
+            try:
+                fd = os.open(d / ".lock", os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue            # a run is writing it now
+            finally:
+                os.close(fd)
+            shutil.rmtree(d, ignore_errors=True)
+            removed += 1
+        return removed
 
     def copy_into(self, key: str, dest: Path) -> None:
         """The point's run directory at dest: hard links where the file system allows

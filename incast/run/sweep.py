@@ -138,6 +138,7 @@ def run_sweep(points, grid: dict, repeats: int, out: Path, unique: bool, meta: d
     check_jobs(runs, jobs, force_jobs)
     ex = executors.executor(executor, jobs, force_jobs)
     store = store or pts.Store()
+    store.remove_stale()
     claim = Claim(out, unique=unique)   # an existing out is refused (exit 2)
     final, work = claim.final, claim.path
     (work / "runs").mkdir()

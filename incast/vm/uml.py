@@ -57,7 +57,7 @@ def uml_command(image: Path, rdir: Path, *, memory_mb: int, append: str = "") ->
     return [str(image), f"mem={memory_mb}M", "root=/dev/root", "rootfstype=hostfs", "rootflags=/",
             "ro", "time-travel=inf-cpu", f"umid=incast-{os.getpid()}", f"uml_dir={rdir}/",
             "con0=null,fd:1", "con=null", "ssl=null", "panic=-1", "loglevel=4",
-            f"incast.measure.results={rdir}", *append.split(), "init=/bin/bash", "--", str(GUEST_INIT)]
+            f"incast.results={rdir}", *append.split(), "init=/bin/bash", "--", str(GUEST_INIT)]
 
 
 def run(command: str | list[str], kernel: str | os.PathLike = "uml-stock", *,

@@ -1,0 +1,254 @@
+"""Campaigns: sweeps that never measure a point twice, resume after a kill, run virtual-
+time points in parallel (here or on a Dask cluster) and leave no zombie behind."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, incast_cmd, needs_root
+from incast import scenario as scn
+from incast.run import points
+from incast.vm import guest
+
+SMALL = ["--blocks", "3", "--sru", "32KiB", "--link-rate", "100Mbit"]
+
+
+def uml_missing() -> str | None:
+    if os.geteuid() != 0:
+        return "builds network namespaces: run as root"
+    if guest.kernel_dir("uml-stock") is None:
+        return "the uml-stock kernel is not built for the current inputs: run kernels/build.sh --uml"
+    return None
+
+
+needs_uml = pytest.mark.skipif(uml_missing() is not None, reason=uml_missing() or "")
+
+
+# --- keys ------------------------------------------------------------------------------
+def test_a_point_key_names_the_scenario_the_seed_and_the_kernel():
+    a = scn.build({}, {"senders": "4"})
+    assert points.point_key(a) == points.point_key(scn.build({}, {"senders": "4"}))
+    assert points.point_key(a) != points.point_key(scn.build({}, {"senders": "5"}))
+    assert points.point_key(a) != points.point_key(scn.build({}, {"senders": "4", "seed": "2"}))
+    assert points.point_key(a) != points.point_key(
+        scn.build({}, {"senders": "4", "kernel": "stock", "clock": "virtual", "link_rate": "1Gbit"}))
+
+
+def test_the_code_version_changes_with_the_code(tmp_path, monkeypatch):
+    before = points.code_version()
+    probe = REPO / "hosts" / "_version_probe.py"
+    probe.write_text("# a change\n")
+    try:
+        points.code_version.cache_clear()
+        assert points.code_version() != before
+    finally:
+        probe.unlink()
+        points.code_version.cache_clear()
+    assert points.code_version() == before
+
+
+# --- bad input -------------------------------------------------------------------------
+def test_jobs_on_real_time_points_is_refused_without_force(tmp_path):
+    r = incast_cmd("sweep", "--grid", "senders=1,2", *SMALL, "--jobs", "2", "--out", tmp_path / "s")
+    assert r.returncode == 2, r.stderr
+    assert "real time" in r.stderr and "--force-jobs" in r.stderr
+    assert not (tmp_path / "s").exists() and not list(tmp_path.glob(".s.incomplete"))
+
+
+def test_an_unknown_executor_is_refused(tmp_path):
+    r = incast_cmd("sweep", "--grid", "senders=1", *SMALL, "--executor", "slurm://x", "--out", tmp_path / "s")
+    assert r.returncode == 2 and "--executor" in r.stderr, r.stderr
+
+
+def test_resume_without_an_interrupted_sweep_is_refused(tmp_path):
+    r = incast_cmd("sweep", "--resume", "--out", tmp_path / "nothing")
+    assert r.returncode == 2 and "no interrupted sweep" in r.stderr, r.stderr
+
+
+# --- reuse, resume, reaping (real time) ------------------------------------------------------
+
+
+@pytest.mark.network
+@needs_root
+def test_a_rerun_sweep_reuses_every_point_and_fresh_measures_again(tmp_path, no_leftovers):
+    first = incast_cmd("sweep", "--grid", "senders=1,2", *SMALL, "--out", tmp_path / "a")
+    assert first.returncode == 0, first.stderr
+    again = incast_cmd("sweep", "--grid", "senders=1,2", *SMALL, "--out", tmp_path / "b")
+    assert again.returncode == 0, again.stderr
+    assert "(2 from earlier runs)" in again.stdout, again.stdout
+    a, b = pd.read_parquet(tmp_path / "a" / "sweep.parquet"), pd.read_parquet(tmp_path / "b" / "sweep.parquet")
+    assert list(a["reused"]) == [False, False] and list(b["reused"]) == [True, True]
+    assert list(a["point_key"]) == list(b["point_key"])
+    assert list(a["goodput_mbps"]) == list(b["goodput_mbps"])
+    for run_dir in b["run_dir"]:            # the sweep directory holds its runs whole
+        assert (Path(run_dir) / "blocks.parquet").is_file()
+    fresh = incast_cmd("sweep", "--grid", "senders=1,2", *SMALL, "--fresh", "--out", tmp_path / "c")
+    assert fresh.returncode == 0, fresh.stderr
+    assert list(pd.read_parquet(tmp_path / "c" / "sweep.parquet")["reused"]) == [False, False]
+
+
+def _complete_points(store: Path) -> set[str]:
+    """Keys of the measurements complete in the store, installed (KEY) or not yet
+    (.KEY.XXXX.new: finished, its sweep killed before it could install it)."""
+    if not store.is_dir():
+        return set()
+    return {p.name.split(".")[1] if p.name.startswith(".") else p.name for p in store.iterdir()
+            if (p / "summary.json").is_file()}
+
+
+@pytest.mark.network
+@needs_root
+def test_a_killed_sweep_resumes_without_measuring_a_finished_point_again(tmp_path, no_leftovers):
+    store = Path(os.environ["INCAST_POINTS"]) / "killed"
+    env = dict(os.environ, INCAST_POINTS=str(store))
+    out = tmp_path / "sw"
+    proc = subprocess.Popen([sys.executable, "-m", "incast", "sweep", "--grid", "senders=1,2,3,4", *SMALL,
+                             "--out", str(out)], cwd=REPO, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    # Killed as soon as two points are in the store (the third is likely running).
+    while len(_complete_points(store)) < 2:
+        assert proc.poll() is None, f"the sweep ended before it was killed: {proc.stderr.read()}"
+        assert time.monotonic() < deadline, "no point finished in 300 s"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = _complete_points(store)
+    assert not out.exists() and (tmp_path / ".sw.incomplete").is_dir()
+    incast_cmd("cleanup", check=True)       # what the killed point's run left
+    r = subprocess.run([sys.executable, "-m", "incast", "sweep", "--resume", "--out", str(out)], cwd=REPO,
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    table = pd.read_parquet(out / "sweep.parquet")
+    assert list(table["senders"]) == [1, 2, 3, 4] and table["goodput_mbps"].notna().all()
+    reused = set(table.loc[table["reused"], "point_key"])
+    assert finished <= reused, (finished, reused)           # nothing finished was measured again
+    assert set(table.loc[~table["reused"], "point_key"]).isdisjoint(finished)
+
+
+def _zombie_children() -> int:
+    me, n = os.getpid(), 0
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        n += fields[0] == "Z" and int(fields[1]) == me
+    return n
+
+
+@pytest.mark.network
+@needs_root
+def test_no_zombie_outlives_its_run_across_a_sweep(tmp_path, no_leftovers):
+    """In-process runs (Mininet's node shells were never waited for: 439 zombies in a
+    20-run sweep) and a sweep's point processes alike."""
+    from incast.run import sweep
+    from incast.run.experiment import run
+    before = _zombie_children()
+    for n in (2, 4):
+        run(scn.build({}, {"senders": str(n), "blocks": "2", "sru": "32KiB", "link_rate": "100Mbit"}),
+            tmp_path / f"run{n}")
+        assert _zombie_children() == before, f"zombies after a {n}-server run"
+    grid = {"senders": ["1", "3"]}
+    pts = sweep.expand({}, {"blocks": "2", "sru": "32KiB", "link_rate": "100Mbit"}, grid)
+    result = sweep.run_sweep(pts, grid, 1, tmp_path / "sw", unique=False, meta={},
+                             store=points.Store(tmp_path / "store"))
+    assert result.failures == 0
+    assert _zombie_children() == before
+
+
+# --- parallel points and a Dask cluster (virtual time) ----------------------------------------
+VIRTUAL = ["--clock", "virtual", "--kernel", "stock", "--link-rate", "1Gbit", "--buffer", "1MiB",
+           "--sru", "32KiB", "--blocks", "10", "--warmup", "2", "--seed", "7"]
+
+
+@pytest.mark.network
+@needs_uml
+def test_parallel_points_give_the_results_of_serial_ones(tmp_path, no_leftovers):
+    """Lossless virtual-time points are deterministic (test_virtual_time): run two at
+    once, every block takes the time it takes when they run one after another."""
+    serial = incast_cmd("sweep", "--grid", "senders=2,4", *VIRTUAL, "--jobs", "1", "--out", tmp_path / "j1")
+    assert serial.returncode == 0, serial.stderr
+    parallel = incast_cmd("sweep", "--grid", "senders=2,4", *VIRTUAL, "--jobs", "2", "--fresh",
+                          "--out", tmp_path / "j2")
+    assert parallel.returncode == 0, parallel.stderr
+    t1, t2 = pd.read_parquet(tmp_path / "j1" / "sweep.parquet"), pd.read_parquet(tmp_path / "j2" / "sweep.parquet")
+    assert not t2["reused"].any() and (t1["drops"] == 0).all() and (t2["drops"] == 0).all()
+    for r1, r2 in zip(t1["run_dir"], t2["run_dir"]):
+        b1 = pd.read_parquet(Path(r1) / "blocks.parquet")["duration_ms"]
+        b2 = pd.read_parquet(Path(r2) / "blocks.parquet")["duration_ms"]
+        assert len(b1) == len(b2) == 10
+        assert (b1 - b2).abs().max() <= 0.002, (b1 - b2).abs().max()
+
+
+def _dask_bin() -> str | None:
+    d = Path(sys.executable).parent / "dask"
+    return str(d) if d.exists() else shutil.which("dask")
+
+
+@pytest.mark.network
+@needs_uml
+@pytest.mark.skipif(_dask_bin() is None, reason="the dask command is missing (scripts/setup.sh installs it)")
+def test_a_sweep_runs_on_a_dask_cluster_of_unprivileged_workers(tmp_path, no_leftovers):
+    """A real scheduler and two workers on this machine, the workers as nobody (uid
+    65534: virtual-time runs need no root); the results land in the sweep directory."""
+    import tempfile
+    cluster = Path(tempfile.mkdtemp(prefix="incast-dask-"))     # readable by the workers (tmp_path is not)
+    cluster.chmod(0o755)
+    home = cluster / "home"
+    home.mkdir()
+    os.chown(home, 65534, 65534)
+    sched_file = cluster / "scheduler.json"
+    env = dict(os.environ, HOME=str(home), DASK_DISTRIBUTED__WORKER__DAEMON="False")
+    procs = [subprocess.Popen([_dask_bin(), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--no-dashboard", "--scheduler-file", str(sched_file)],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)]
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.is_file():
+            assert time.monotonic() < deadline, "the scheduler did not start"
+            time.sleep(0.1)
+        os.chmod(sched_file, 0o644)
+        for i in range(2):
+            procs.append(subprocess.Popen(
+                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", _dask_bin(), "worker",
+                 "--scheduler-file", str(sched_file), "--nthreads", "1", "--no-dashboard",
+                 "--name", f"w{i}", "--local-directory", str(home)],
+                env=env, cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True))
+        from distributed import Client
+        with Client(scheduler_file=str(sched_file), timeout="30s") as client:
+            client.wait_for_workers(2, timeout=120)      # both joined, as nobody
+        r = incast_cmd("sweep", "--grid", "senders=1,2", *VIRTUAL, "--executor", str(sched_file),
+                       "--out", tmp_path / "sw")
+        assert r.returncode == 0, r.stderr[-3000:]
+        table = pd.read_parquet(tmp_path / "sw" / "sweep.parquet")
+        assert table["goodput_mbps"].notna().all() and not table["reused"].any()
+        assert table["worker"].str.startswith("tcp://").all(), table["worker"]
+        for run_dir in table["run_dir"]:
+            s = json.loads((Path(run_dir) / "summary.json").read_text())
+            assert s["clock"] == "virtual" and s["fidelity"]["ok"], s["fidelity"]
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        shutil.rmtree(cluster, ignore_errors=True)
