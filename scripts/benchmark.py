@@ -7,6 +7,10 @@
   4. wall time of the README sweep (scenarios/sigcomm09-fig1.toml) and its curves
   5. packets per second bmv2 sustains with incast.p4, with and without telemetry
   6. calibration: the faithful rate for 1, 16 and 64 senders, and how long finding it takes
+  7. virtual time, where the host's time goes: host seconds per phase of one run at
+     each of --senders-list (SIGCOMM'09 Figure 1's setting), per virtual second and
+     per packet the switch forwarded
+  8. SIGCOMM'09 Figure 1 whole (incast figure sigcomm09-fig1) with --jobs N: wall time
 
 Usage (as root, after scripts/setup.sh):
     /opt/incast/venv/bin/python scripts/benchmark.py [--skip-sweep] [--only one|scale|telemetry|sweep|bmv2|calibrate]
@@ -115,7 +119,7 @@ def bmv2_pps(tmp):
 def readme_sweep(tmp):
     print("== 4. the README sweep (scenarios/sigcomm09-fig1.toml)")
     out = tmp / "fig1"
-    _, wall, err = incast("sweep", "scenarios/sigcomm09-fig1.toml", "--out", out)
+    _, wall, err = incast("sweep", "scenarios/sigcomm09-fig1.toml", "--fresh", "--out", out)
     if err:
         print(f"  FAILED: {err}")
         return
@@ -145,15 +149,53 @@ def calibration(tmp):
           f"backlogged dequeues late p99 {c['dequeue_lateness_us_p99']} us, {c['cpu_us_per_packet']} us CPU/packet")
 
 
+# One point of SIGCOMM'09 Figure 1 as `incast figure sigcomm09-fig1` runs it.
+FIG1_POINT = ["scenarios/sigcomm09-fig1.toml", "--clock", "virtual", "--kernel", "hrtimer", "--link-rate", "1Gbit",
+              "--blocks", "20", "--rto-min", "200us", "--delayed-ack", "off", "--initcwnd", "3"]
+
+
+def virtual_phases(tmp, senders_list):
+    print("== 7. virtual time: host seconds per phase (Figure 1's setting, 200 us RTOmin, 20 blocks)")
+    import pandas as pd
+    rows = []
+    for n in senders_list:
+        extra = ["--set", "workload.server_process=shared"] if n > 128 else []
+        s, wall, err = run(tmp, f"phases{n}", *FIG1_POINT, "--senders", n, *extra)
+        if s is None:
+            print(f"  {n} senders: FAILED {err}")
+            continue
+        packets = int(pd.read_parquet(Path(s["run_dir"]) / "queues.parquet")["sent_packets"].sum())
+        row = {"senders": n, **s["host_phase_s"], "host_s": s["host_seconds"], "virtual_s": s["guest_seconds"],
+               "host_s_per_virtual_s": round(s["host_seconds"] / s["guest_seconds"], 1),
+               "host_us_per_packet": round(1e6 * s["host_seconds"] / max(packets, 1), 1),
+               "goodput_mbps": s["goodput_mbps"]}
+        rows.append(row)
+    if rows:
+        print(pd.DataFrame(rows).set_index("senders").to_string())
+
+
+def figure1(tmp, jobs):
+    print(f"== 8. SIGCOMM'09 Figure 1 whole, --jobs {jobs} (--fresh: nothing reused)")
+    out = tmp / "figure1"
+    _, wall, err = incast("figure", "sigcomm09-fig1", "--jobs", jobs, "--fresh", "--out", out)
+    print(f"  FAILED: {err}" if err else f"  wall time {wall:.0f} s -> {out}/figure.png")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-sweep", action="store_true")
-    ap.add_argument("--only", choices=["one", "scale", "telemetry", "sweep", "bmv2", "calibrate"])
+    ap.add_argument("--only", choices=["one", "scale", "telemetry", "sweep", "bmv2", "calibrate", "phases",
+                                       "figure1"])
+    ap.add_argument("--senders-list", default="1,47,128",
+                    help="7: virtual-time runs at these sender counts (e.g. 1,47,128,512,1020)")
+    ap.add_argument("--jobs", type=int, default=2, help="8: points at once")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="incast-bench-") as d:
         tmp = Path(d)
         steps = {"one": one_sender, "scale": build_scale, "telemetry": telemetry_cost, "sweep": readme_sweep,
-                 "bmv2": bmv2_pps, "calibrate": calibration}
+                 "bmv2": bmv2_pps, "calibrate": calibration,
+                 "phases": lambda tmp: virtual_phases(tmp, [int(n) for n in args.senders_list.split(",")]),
+                 "figure1": lambda tmp: figure1(tmp, args.jobs)}
         for name, step in steps.items():
             if args.only and name != args.only:
                 continue

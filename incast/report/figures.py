@@ -60,6 +60,9 @@ class Claim(_Model):
     above: float | None = Field(None, description="fraction of the payload limit")
     below_series: str | None = None
     margin_mbps: float = 0.0
+    divergence: str | None = Field(
+        None, description="the claim does not reproduce here: why, the numbers, what was tried (its test "
+                          "is a strict xfail, so the day it holds the suite says so)")
 
     @model_validator(mode="after")
     def _one_check(self):
@@ -143,48 +146,83 @@ def _col(field: str) -> str:
     return field.split(".")[-1]
 
 
-def point_means(fig: Figure, table: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """metric's mean over repetitions, one row per x, one column per series."""
-    t = table.dropna(subset=[metric]) if metric in table else table.iloc[0:0]
+def faithful_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The runs a verdict may rest on: a run its own fidelity flagged never counts."""
+    if "fidelity_ok" not in table:
+        return table
+    return table[table["fidelity_ok"].fillna(False).astype(bool)]
+
+
+def point_stats(fig: Figure, table: pd.DataFrame, metric: str, stat: str = "median") -> pd.DataFrame:
+    """metric over the faithful repetitions of each point (stat: median, min, max,
+    count), one row per x, one column per series."""
+    t = faithful_rows(table)
+    t = t.dropna(subset=[metric]) if metric in t else t.iloc[0:0]
     if not len(t):
         return pd.DataFrame()
-    return t.groupby([_col(fig.series), _col(fig.x)])[metric].mean().unstack(0)
+    return t.groupby([_col(fig.series), _col(fig.x)])[metric].agg(stat).unstack(0)
+
+
+def point_means(fig: Figure, table: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The value a claim is judged on at each point: the median of its faithful runs
+    (one run at a tipping point says little; an outlier moves a mean, not a median)."""
+    return point_stats(fig, table, metric, "median")
+
+
+def _unfaithful(fig: Figure, table: pd.DataFrame, series: str, x) -> tuple[int, int]:
+    """(runs not faithful, runs) at one point."""
+    rows = table[(table[_col(fig.series)].astype(str) == str(series)) & (table[_col(fig.x)] == x)]
+    bad = int((~rows["fidelity_ok"].fillna(False).astype(bool)).sum()) if "fidelity_ok" in rows else 0
+    return bad, len(rows)
 
 
 def judge(fig: Figure, table: pd.DataFrame) -> list[dict]:
-    """A verdict for each claim: holds, does not hold, or not testable (and why)."""
+    """A verdict for each claim, on the median of each point's faithful runs: holds, does
+    not hold, or not testable (and why). Each point's spread (min-max, n) is in the
+    detail; runs that were not faithful are left out and counted there."""
     out = []
     limit = _limit(table) * PAYLOAD_SHARE
     for c in fig.claims:
-        means = point_means(fig, table, c.metric)
-        verdict, detail = "not testable", ""
-        if c.series not in means.columns:
-            detail = f"no {fig.series} = {c.series} in the sweep"
-        elif c.below_series is not None and c.below_series not in means.columns:
-            detail = f"no {fig.series} = {c.below_series} in the sweep"
-        else:
-            xs = [x for x in means.index if (x == c.at if c.at is not None else x >= c.from_)]
-            xs = [x for x in xs if pd.notna(means.at[x, c.series])]
-            if not xs:
-                detail = f"no {fig.x} {'= ' + str(c.at) if c.at is not None else '>= ' + str(c.from_)} in the sweep"
-            else:
-                ok, parts = True, []
-                for x in xs:
-                    v = means.at[x, c.series]
-                    if c.below is not None:
-                        good = v < c.below * limit
-                        parts.append(f"{x:g}: {v:.1f} vs < {c.below * limit:.1f}")
-                    elif c.above is not None:
-                        good = v > c.above * limit
-                        parts.append(f"{x:g}: {v:.1f} vs > {c.above * limit:.1f}")
-                    else:
-                        other = means.at[x, c.below_series]
-                        good = pd.notna(other) and v <= other - c.margin_mbps
-                        parts.append(f"{x:g}: {v:.1f} vs {c.below_series} {other:.1f}")
-                    ok = ok and bool(good)
-                verdict, detail = ("holds" if ok else "does not hold"), "; ".join(parts)
-        out.append({"claim": c.text, "verdict": verdict, "detail": detail})
+        verdict, detail = _judge_claim(fig, table, c, limit)
+        out.append({"claim": c.text, "verdict": verdict, "detail": detail,
+                    "divergence": c.divergence})
     return out
+
+
+def _judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tuple[str, str]:
+    med = point_means(fig, table, c.metric)
+    lo, hi = point_stats(fig, table, c.metric, "min"), point_stats(fig, table, c.metric, "max")
+    n = point_stats(fig, table, c.metric, "count")
+    every = {x for x in table[_col(fig.x)].dropna()} if _col(fig.x) in table else set()
+    xs = sorted(x for x in every if (x == c.at if c.at is not None else x >= c.from_))
+    if str(c.series) not in {str(s) for s in table.get(_col(fig.series), pd.Series(dtype=str)).unique()}:
+        return "not testable", f"no {fig.series} = {c.series} in the sweep"
+    if not xs:
+        return "not testable", f"no {fig.x} {'= ' + str(c.at) if c.at is not None else '>= ' + str(c.from_)} in the sweep"
+    parts, ok = [], True
+    for x in xs:
+        for s in filter(None, (c.series, c.below_series)):
+            bad, runs = _unfaithful(fig, table, s, x)
+            if bad and (s not in med.columns or x not in med.index or pd.isna(med.at[x, s])):
+                return "not testable", f"{x:g} ({s}): {bad} of {runs} runs not faithful"
+        if c.series not in med.columns or x not in med.index or pd.isna(med.at[x, c.series]):
+            return "not testable", f"{x:g}: no run of {c.series} finished"
+        v = med.at[x, c.series]
+        spread = f" [{lo.at[x, c.series]:.1f}-{hi.at[x, c.series]:.1f}, n={int(n.at[x, c.series])}]"
+        bad, runs = _unfaithful(fig, table, c.series, x)
+        left_out = f" ({bad} of {runs} not faithful, left out)" if bad else ""
+        if c.below is not None:
+            good = v < c.below * limit
+            parts.append(f"{x:g}: {v:.1f}{spread}{left_out} vs < {c.below * limit:.1f}")
+        elif c.above is not None:
+            good = v > c.above * limit
+            parts.append(f"{x:g}: {v:.1f}{spread}{left_out} vs > {c.above * limit:.1f}")
+        else:
+            other = med.at[x, c.below_series] if c.below_series in med.columns and x in med.index else float("nan")
+            good = pd.notna(other) and v <= other - c.margin_mbps
+            parts.append(f"{x:g}: {v:.1f}{spread}{left_out} vs {c.below_series} {other:.1f}")
+        ok = ok and bool(good)
+    return ("holds" if ok else "does not hold"), "; ".join(parts)
 
 
 def _limit(table: pd.DataFrame) -> float:
@@ -209,11 +247,15 @@ def plot(fig: Figure, table: pd.DataFrame, out: Path, quick: bool) -> Path:
     import matplotlib.pyplot as plt
     f, ax = plt.subplots(figsize=(8, 4.8))
     means = point_means(fig, table, "goodput_mbps")
+    lo, hi = (point_stats(fig, table, "goodput_mbps", s) for s in ("min", "max"))
     colors = {}
     for series in means.columns:
         points = means[series].dropna()      # a failed run leaves a gap, not a break
-        line, = ax.plot(points.index, points.values, marker="o", label=f"ours: {_col(fig.series)} {series}")
-        colors[series] = line.get_color()
+        # The median of the faithful runs, and their spread (min to max).
+        err = [points - lo[series].reindex(points.index), hi[series].reindex(points.index) - points]
+        line = ax.errorbar(points.index, points.values, yerr=err, marker="o", capsize=3,
+                           label=f"ours: {_col(fig.series)} {series} (median, min-max)")
+        colors[series] = line.lines[0].get_color()
     for n in fig.paper_numbers:
         if n.metric == "goodput_mbps":
             ax.plot([n.x], [n.value], marker="*", markersize=14, linestyle="none",
@@ -292,6 +334,8 @@ def cmd_figure(args) -> int:
         print(comp.drop(columns=["source"]).to_string(index=False))
     for v in r["verdicts"]:
         print(f"[{v['verdict']}] {v['claim']}\n    {v['detail']}")
+        if v.get("divergence"):
+            print(f"    declared divergence: {v['divergence']}")
     if r["runs_not_faithful"]:
         print(f"note: {r['runs_not_faithful']} of {r['runs']} runs were not faithful (see sweep.parquet)")
     if args.quick:
