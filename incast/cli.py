@@ -303,6 +303,8 @@ def cmd_calibrate(args) -> int:
 
 
 def main(argv=None) -> int:
+    from incast.measure.results import single_threaded_arrow
+    single_threaded_arrow()
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)

@@ -10,6 +10,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+from incast.measure.results import single_threaded_arrow  # noqa: E402
+
+single_threaded_arrow()     # this process reads many tables and must exit cleanly (see there)
+
 
 def pytest_configure(config):
     """Every test measures: the sweeps of this session keep their points in a store of

@@ -47,6 +47,17 @@ ROW_FIELDS = (SUMMARY_FIELDS + ["fidelity_ok", "fidelity_reasons"]
               + ["point_key", "reused", "point_host_s", "worker", "run_dir"])
 
 
+def single_threaded_arrow() -> None:
+    """Arrow's thread pools, one thread each. A process that read parquet with Arrow's
+    default pools sometimes aborts as the interpreter exits ("terminate called without
+    an active exception", exit status 134: apache/arrow issues 34314 and 50482; measured
+    here: 4 of 30 reads of one small table, on a loaded machine, and none of 30 with
+    single-threaded pools). Our tables are small: one thread reads them as fast."""
+    import pyarrow
+    pyarrow.set_cpu_count(1)
+    pyarrow.set_io_thread_count(1)
+
+
 def flat_summary(summary: dict) -> dict:
     """A run's summary as one table row: the fidelity object becomes fidelity_* columns."""
     row = {k: v for k, v in summary.items() if k != "fidelity"}
