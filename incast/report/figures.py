@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -88,6 +88,9 @@ class Figure(_Model):
     quick: dict[str, Any] = Field(default_factory=dict, description="grid, repeat and settings for --quick")
     paper_numbers: list[PaperNumber] = Field(default_factory=list)
     claims: list[Claim] = Field(default_factory=list)
+    model: Literal["wren09"] | None = Field(
+        None, description="an analytical model fitted to the fixed-fragment curves and drawn over them "
+                          "(wren09: Chen et al.'s Section 6.1, incast.report.wren_model)")
 
 
 def known() -> list[str]:
@@ -241,7 +244,21 @@ def comparison(fig: Figure, table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["series", fig.x, "metric", "paper", "ours", "ratio", "source"])
 
 
-def plot(fig: Figure, table: pd.DataFrame, out: Path, quick: bool) -> Path:
+def model_fits(fig: Figure, table: pd.DataFrame, quick: bool) -> list:
+    """The figure's analytical model fitted to each fixed-fragment series (none where
+    the figure has no model or too few sender counts)."""
+    if fig.model != "wren09":
+        return []
+    from incast import scenario as scn
+    from incast.report import wren_model
+    data, overrides, grid, _ = plan(fig, quick)
+    kind_col = "kind" if "kind" in table else None
+    t = table[table[kind_col] == "fixed-fragment"] if kind_col else table
+    first = scn.build(data, {**overrides, **{k: v[0] for k, v in grid.items() if k != "workload.kind"}})
+    return wren_model.fit_figure(t, _col(fig.series), first.workload.sru)
+
+
+def plot(fig: Figure, table: pd.DataFrame, out: Path, quick: bool, fits: list = ()) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -263,6 +280,11 @@ def plot(fig: Figure, table: pd.DataFrame, out: Path, quick: bool) -> Path:
     if fig.paper_numbers:
         ax.plot([], [], marker="*", markersize=12, linestyle="none", color="white", markeredgecolor="black",
                 label="the paper's text")
+    import numpy as np
+    for m in fits:
+        xs = np.linspace(max(1.0, float(table[_col(fig.x)].min())), float(table[_col(fig.x)].max()), 200)
+        ax.plot(xs, m.goodput_mbps(xs), linestyle="--", linewidth=1.2, color=colors.get(m.series, "black"),
+                label=f"{m.series} {m.label()}")
     limit = _limit(table) * PAYLOAD_SHARE
     ax.axhline(limit, color="gray", linestyle=":", linewidth=1, label="payload limit")
     ax.set_xlabel(fig.x)
@@ -283,12 +305,13 @@ def report(fig: Figure, sweep_dir: Path, quick: bool) -> dict:
     comp = comparison(fig, table)
     comp.to_csv(sweep_dir / "comparison.csv", index=False)
     verdicts = judge(fig, table)
+    fits = model_fits(fig, table, quick)
     unfaithful = int((~table["fidelity_ok"].fillna(False).astype(bool)).sum()) if "fidelity_ok" in table else None
     result = {"figure": fig.name, "paper": fig.paper, "quick": quick, "verdicts": verdicts,
               "runs": int(len(table)), "runs_not_faithful": unfaithful,
-              "link_mbps": _limit(table)}
+              "link_mbps": _limit(table), "model": [m.as_dict() for m in fits]}
     (sweep_dir / "verdicts.json").write_text(json.dumps(result, indent=1) + "\n")
-    plot(fig, table, sweep_dir / "figure.png", quick)
+    plot(fig, table, sweep_dir / "figure.png", quick, fits)
     return result
 
 
