@@ -154,12 +154,13 @@ FIG1_POINT = ["scenarios/sigcomm09-fig1.toml", "--clock", "virtual", "--kernel",
               "--blocks", "20", "--rto-min", "200us", "--delayed-ack", "off", "--initcwnd", "3"]
 
 
-def virtual_phases(tmp, senders_list):
-    print("== 7. virtual time: host seconds per phase (Figure 1's setting, 200 us RTOmin, 20 blocks)")
+def virtual_phases(tmp, senders_list, server_process="shared"):
+    print(f"== 7. virtual time: host seconds per phase (Figure 1's setting, 200 us RTOmin, 20 blocks, "
+          f"server_process {server_process})")
     import pandas as pd
     rows = []
     for n in senders_list:
-        extra = ["--set", "workload.server_process=shared"] if n > 128 else []
+        extra = ["--set", f"workload.server_process={server_process}"]
         s, wall, err = run(tmp, f"phases{n}", *FIG1_POINT, "--senders", n, *extra)
         if s is None:
             print(f"  {n} senders: FAILED {err}")
@@ -189,12 +190,15 @@ def main():
     ap.add_argument("--senders-list", default="1,47,128",
                     help="7: virtual-time runs at these sender counts (e.g. 1,47,128,512,1020)")
     ap.add_argument("--jobs", type=int, default=2, help="8: points at once")
+    ap.add_argument("--server-process", default="shared", choices=["shared", "per-server"],
+                    help="7: one server process for all servers (as the virtual-time figures run), or one each")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="incast-bench-") as d:
         tmp = Path(d)
         steps = {"one": one_sender, "scale": build_scale, "telemetry": telemetry_cost, "sweep": readme_sweep,
                  "bmv2": bmv2_pps, "calibrate": calibration,
-                 "phases": lambda tmp: virtual_phases(tmp, [int(n) for n in args.senders_list.split(",")]),
+                 "phases": lambda tmp: virtual_phases(tmp, [int(n) for n in args.senders_list.split(",")],
+                                                      args.server_process),
                  "figure1": lambda tmp: figure1(tmp, args.jobs)}
         for name, step in steps.items():
             if args.only and name != args.only:

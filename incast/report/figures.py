@@ -181,7 +181,7 @@ def _unfaithful(fig: Figure, table: pd.DataFrame, series: str, x) -> tuple[int, 
 
 def judge(fig: Figure, table: pd.DataFrame) -> list[dict]:
     """A verdict for each claim, on the median of each point's faithful runs: holds, does
-    not hold, or not testable (and why). Each point's spread (min-max, n) is in the
+    not hold, undecided (the runs disagree), or not testable (and why). Each point's spread (min-max, n) is in the
     detail; runs that were not faithful are left out and counted there."""
     out = []
     limit = _limit(table) * PAYLOAD_SHARE
@@ -193,6 +193,9 @@ def judge(fig: Figure, table: pd.DataFrame) -> list[dict]:
 
 
 def _judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tuple[str, str]:
+    """holds / does not hold on each point's median, unless the faithful runs of a point
+    disagree about the claim (some on each side of its bound): then "undecided", since
+    the next repetitions could as well land on the other side (a tipping point)."""
     med = point_means(fig, table, c.metric)
     lo, hi = point_stats(fig, table, c.metric, "min"), point_stats(fig, table, c.metric, "max")
     n = point_stats(fig, table, c.metric, "count")
@@ -202,7 +205,7 @@ def _judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tu
         return "not testable", f"no {fig.series} = {c.series} in the sweep"
     if not xs:
         return "not testable", f"no {fig.x} {'= ' + str(c.at) if c.at is not None else '>= ' + str(c.from_)} in the sweep"
-    parts, ok = [], True
+    parts, ok, split = [], True, []
     for x in xs:
         for s in filter(None, (c.series, c.below_series)):
             bad, runs = _unfaithful(fig, table, s, x)
@@ -215,17 +218,29 @@ def _judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tu
         bad, runs = _unfaithful(fig, table, c.series, x)
         left_out = f" ({bad} of {runs} not faithful, left out)" if bad else ""
         if c.below is not None:
-            good = v < c.below * limit
-            parts.append(f"{x:g}: {v:.1f}{spread}{left_out} vs < {c.below * limit:.1f}")
+            bound, text = (lambda g: g < c.below * limit), f"< {c.below * limit:.1f}"
         elif c.above is not None:
-            good = v > c.above * limit
-            parts.append(f"{x:g}: {v:.1f}{spread}{left_out} vs > {c.above * limit:.1f}")
+            bound, text = (lambda g: g > c.above * limit), f"> {c.above * limit:.1f}"
         else:
             other = med.at[x, c.below_series] if c.below_series in med.columns and x in med.index else float("nan")
-            good = pd.notna(other) and v <= other - c.margin_mbps
-            parts.append(f"{x:g}: {v:.1f}{spread}{left_out} vs {c.below_series} {other:.1f}")
-        ok = ok and bool(good)
-    return ("holds" if ok else "does not hold"), "; ".join(parts)
+            bound = (lambda g, o=other: pd.notna(o) and g <= o - c.margin_mbps)
+            text = f"{c.below_series} {other:.1f}"
+        good = bool(bound(v))
+        runs_good = [bool(bound(g)) for g in _faithful_values(fig, table, c.series, x, c.metric)]
+        if 0 < sum(runs_good) < len(runs_good):
+            split.append(f"{x:g}: {sum(runs_good)} of {len(runs_good)} runs hold")
+        parts.append(f"{x:g}: {v:.1f}{spread}{left_out} vs {text}")
+        ok = ok and good
+    detail = "; ".join(parts)
+    if split:
+        return "undecided", f"{detail} (the runs disagree: {'; '.join(split)})"
+    return ("holds" if ok else "does not hold"), detail
+
+
+def _faithful_values(fig: Figure, table: pd.DataFrame, series: str, x, metric: str) -> list[float]:
+    t = faithful_rows(table)
+    t = t[(t[_col(fig.series)].astype(str) == str(series)) & (t[_col(fig.x)] == x)]
+    return [float(g) for g in t[metric].dropna()] if metric in t else []
 
 
 def _limit(table: pd.DataFrame) -> float:
