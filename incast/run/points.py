@@ -5,7 +5,8 @@ A point's key hashes everything that decides its result:
 
 * the resolved scenario (``to_toml``: canonical units, the seed included),
 * the code's version (a hash of the package, the host programs, the topologies, the
-  P4 program and the kernel patches: the files a run executes),
+  P4 program and the kernel patches: the files a run executes; not incast/report/,
+  which only reads results),
 * the kernel it runs on: for a guest, the kernels/build.sh key of its variant (every
   input of the build); for this machine's kernel, its release and build string.
 
@@ -37,10 +38,15 @@ CODE_GLOBS = ("incast/**/*.py", "incast/**/*.sh", "incast/bpf/*.c", "incast/bpf/
               "kernels/build.sh")
 
 
+# What a run never executes: what is made from results afterwards, and the teaching labs.
+NOT_RUN = ("incast/report/", "incast/labs.py")
+
+
 @lru_cache(maxsize=1)
 def code_version() -> str:
     h = hashlib.sha256()
-    files = sorted({p for g in CODE_GLOBS for p in REPO.glob(g) if p.is_file()})
+    files = sorted({p for g in CODE_GLOBS for p in REPO.glob(g)
+                    if p.is_file() and not str(p.relative_to(REPO)).startswith(NOT_RUN)})
     for p in files:
         h.update(str(p.relative_to(REPO)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]
