@@ -1,12 +1,13 @@
 """Teaching labs: `incast lab list`, `incast lab check N [ANSWERS]`, `incast lab starter N [DIR]`.
 
-Each lab is a folder in labs/ (``NN-name``): ``handout.md`` (goal, background, steps
-with the exact commands, questions, what to hand in), ``answers.toml`` (the starter the
-student fills in), ``solution/`` (the reference: ``solve.py`` runs the steps and writes
-the answers a correct student would give) and ``check.py``, whose ``check(answers,
-lab)`` returns the problems it finds, each saying what is wrong and where to look. The
-checker reads the runs the student made (their directories are answers too), so it
-checks the student's own measurements, not numbers copied from somewhere.
+Each lab is a folder in labs/ (``NN-name``): ``README.md``, the handout (goal, what it
+needs and how long it takes, background, steps with the exact commands, questions,
+what to hand in), ``answers.toml`` (the starter the student fills in), ``solution/``
+(the reference: ``solve.py`` runs the steps and writes the answers a correct student
+would give) and ``check.py``, whose ``check(answers, lab)`` returns the problems it
+finds, each saying what is wrong and where to look. The checker reads the runs the
+student made (their directories are answers too), so it checks the student's own
+measurements, not numbers copied from somewhere.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ class Lab:
 
     @property
     def title(self) -> str:
-        first = (self.path / "handout.md").read_text().splitlines()[0].lstrip("# ").strip()
+        first = (self.path / "README.md").read_text().splitlines()[0].lstrip("# ").strip()
         return first.split(": ", 1)[1] if first.startswith("Lab ") and ": " in first else first
 
     def module(self, name: str):
@@ -228,6 +229,8 @@ def solution_main(solve) -> None:
     """A lab's solve.py as a command: solve.py OUT_DIR writes OUT_DIR/answers.toml."""
     import json
     import sys
+    from incast.measure.results import single_threaded_arrow
+    single_threaded_arrow()     # solve() reads tables; the script must exit cleanly
     out = Path(sys.argv[1])
     answers = solve(out)
     (out / "answers.toml").write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in answers.items()))

@@ -15,7 +15,7 @@ LABS = labs.known()
 
 @pytest.mark.parametrize("lab", LABS, ids=[f"lab{x.number}" for x in LABS])
 def test_every_lab_has_a_handout_a_starter_and_a_solution(lab):
-    text = (lab.path / "handout.md").read_text()
+    text = (lab.path / "README.md").read_text()
     for part in ("**Goal.**", "**Background.**", "**Steps.**", "**Questions**", "**Hand in**"):
         assert part in text, f"{lab.name}: the handout has no {part}"
     assert (lab.path / "solution" / "solve.py").is_file()

@@ -13,7 +13,7 @@ and prints the table and the verdicts. ``--quick`` runs the figure's small grid 
 fewer blocks (minutes instead of an hour): enough to see the shape and to test that the
 figure runs, not to judge the claims at the paper's scale.
 
-A claim is one comparison on the mean over repetitions of one grid point (or of every
+A claim is one comparison on the median of the faithful repetitions of one grid point (or of every
 point from ``from`` on): ``below``/``above`` a fraction of the payload limit (1448/1538
 of the link), or ``below_series`` another curve by at least ``margin_mbps``.
 """

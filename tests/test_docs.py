@@ -1,0 +1,128 @@
+"""The documentation: README.md stays a short way in, and the site builds with
+`mkdocs build --strict` (no broken link, no page left out of the navigation), with a
+scenario field reference that lists every field of the model and a figure catalog
+that lists every file of figures/, both made from the code at the build."""
+from __future__ import annotations
+
+import html
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from incast import scenario as scn
+from incast.constants import FIGURES_DIR, LABS_DIR
+from incast.report import reference
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+TWO_COMMANDS = ("./scripts/setup.sh && incast sweep scenarios/sigcomm09-fig1.toml --out results/fig1",
+                "./scripts/setup.sh && ./scripts/test.sh")
+SITE_PACKAGES = ("mkdocs", "material", "mkdocs_gen_files")
+
+
+def test_the_readme_is_short_and_keeps_the_two_commands():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 200, "README.md: at most 200 lines; the rest belongs in docs/"
+    block = re.search(r"## Two commands\n.*?```sh\n(.*?)```", text, re.S)
+    assert block, "README.md has no 'Two commands' section with a sh block"
+    lines = [ln for ln in block.group(1).splitlines() if ln and not ln.startswith("#")]
+    assert tuple(lines) == TWO_COMMANDS
+
+
+def test_the_readme_links_only_to_files_that_exist():
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text()):
+        if not re.match(r"[a-z]+:", target):
+            assert (REPO / target).exists(), f"README.md links to {target}, which does not exist"
+
+
+def _leaves(model, prefix=""):
+    """Every field of the model a scenario can set, walked independently of the
+    generator: tables are walked, an optional table too; a table of named tables is
+    NAME; an array of tables is NAME[]."""
+    out = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        args = [a for a in typing.get_args(ann) if a is not type(None)]
+        sub = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else (
+            args[0] if len(args) == 1 and isinstance(args[0], type) and issubclass(args[0], BaseModel)
+            and typing.get_origin(ann) is not list and typing.get_origin(ann) is not dict else None)
+        if sub is not None:
+            out += _leaves(sub, f"{prefix}{name}.")
+        elif typing.get_origin(ann) is list and args and issubclass(args[0], BaseModel):
+            out += _leaves(args[0], f"{prefix}{name}[].")
+        elif typing.get_origin(ann) is dict and len(args) == 2 and isinstance(args[1], type) \
+                and issubclass(args[1], BaseModel):
+            out.append(f"{prefix}{name}.NAME")
+        else:
+            out.append(f"{prefix}{name}")
+    return out
+
+
+def test_the_field_reference_covers_the_model():
+    fields = {f.path: f for f in reference.scenario_fields()}
+    leaves = _leaves(scn.Scenario)
+    missing = [p for p in leaves if p not in fields]
+    assert not missing, f"fields the reference leaves out: {missing}"
+    for f in fields.values():
+        assert f.meaning.strip() and f.type and f.default, f"{f.path}: no meaning, type or default"
+        if f.short:
+            assert scn.ALIASES[f.short] == f.path
+    assert set(scn.ALIASES.values()) <= set(fields), "a short name of a field the reference lacks"
+
+
+def test_the_catalog_and_the_labs_come_from_their_files():
+    pages = reference.pages()
+    catalog = pages["figure-catalog.md"]
+    for path in FIGURES_DIR.glob("*.toml"):
+        assert f"`incast figure {path.stem}`" in catalog, f"the catalog lacks figures/{path.name}"
+    for folder in LABS_DIR.glob("[0-9][0-9]-*"):
+        assert (folder / "README.md").is_file(), f"{folder.name}: its handout is README.md"
+        assert f"labs/{folder.name}.md" in pages
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    absent = [m for m in SITE_PACKAGES if importlib.util.find_spec(m) is None]
+    if absent:
+        pytest.skip(f"mkdocs is not installed ({', '.join(absent)} missing: scripts/setup.sh installs "
+                    "requirements.txt)")
+    out = tmp_path_factory.mktemp("site")
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert r.returncode == 0, f"mkdocs build --strict failed:\n{r.stdout}\n{r.stderr}"
+    return out
+
+
+def _page(site: Path, name: str) -> str:
+    return html.unescape((site / name / "index.html").read_text())
+
+
+def test_the_site_lists_every_scenario_field(site):
+    page = _page(site, "scenario-fields")
+    for path in _leaves(scn.Scenario):
+        assert f"<code>{path}</code>" in page, f"the built field reference lacks {path}"
+
+
+def test_the_site_lists_every_figure_and_every_lab(site):
+    page = _page(site, "figure-catalog")
+    for path in FIGURES_DIR.glob("*.toml"):
+        assert f'id="{path.stem}"' in page, f"the built catalog lacks figures/{path.name}"
+    for folder in LABS_DIR.glob("[0-9][0-9]-*"):
+        first = (folder / "README.md").read_text().splitlines()[0].lstrip("# ").strip()
+        assert first in _page(site, f"labs/{folder.name}")
+
+
+def test_the_site_fetches_nothing(site):
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        outside = re.findall(r'<(?:link|script|img)\b[^>]*(?:href|src)="(https?:)?//[^"]*"', text)
+        assert not outside, f"{page.relative_to(site)} loads from the network"
+        assert "fonts.googleapis" not in text and "fonts.gstatic" not in text
