@@ -329,6 +329,48 @@ class Switch(_Model):
         return limits
 
 
+# Whose TCP a profile runs: this kernel's as it comes, or this kernel turned back,
+# per network namespace, as near as it goes to the Linux of the papers' clusters
+# (SIGCOMM'09 ran 2.6.28). What each era sets: incast/network/hostconfig.py; why, and
+# what cannot be turned back: docs/tcp-profiles.md.
+TCP_ERAS = ("modern", "linux-2.6.28")
+
+# Sysctls a TcpSettings field (or the testbed itself) already sets: tcp.sysctls may not
+# name them, so that one value never has two sources.
+SYSCTLS_OWNED = {"tcp_congestion_control": "tcp.cc", "tcp_sack": "tcp.sack",
+                 "tcp_reordering": "tcp.dupack_threshold",
+                 "tcp_slow_start_after_idle": "tcp.slow_start_after_idle", "tcp_ecn": "tcp.ecn",
+                 "tcp_rto_min_us": "tcp.rto_min", "tcp_rto_hrtimer": "tcp.hrtimer_rto",
+                 "tcp_rto_random_pct": "tcp.rto_random_pct", "tcp_delack_us": "tcp.delack_us",
+                 "tcp_no_metrics_save": "the testbed (every run starts without cached metrics)"}
+_SYSCTL_NAME = re.compile(r"^tcp_[a-z0-9_]{1,48}$")
+# Values go into a shell command in each host: digits, words and the spaces between
+# a vector's numbers (tcp_rmem), nothing a shell would read.
+_SYSCTL_VALUE = re.compile(r"^[A-Za-z0-9_.-]+( [A-Za-z0-9_.-]+)*$")
+
+
+def _sysctl_value(value) -> str:
+    """A sysctl's value as written to /proc/sys: booleans as 1/0, numbers as text."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value).strip()
+
+
+def _check_sysctls(table: dict[str, str]) -> dict[str, str]:
+    for name, value in table.items():
+        if not _SYSCTL_NAME.match(name):
+            raise ValueError(f"{name!r} is not a TCP sysctl of net.ipv4 (tcp_...)")
+        if name in SYSCTLS_OWNED:
+            raise ValueError(f"{name} is set by {SYSCTLS_OWNED[name]}; give it there")
+        if not 0 < len(value) <= 64 or not _SYSCTL_VALUE.match(value):
+            raise ValueError(f"{name} = {value!r}: a sysctl value is digits or a word (vectors: space-separated)")
+    return table
+
+
+SysctlTable = Annotated[dict[str, Annotated[str, BeforeValidator(_sysctl_value)]],
+                        AfterValidator(_check_sysctls)]
+
+
 class TcpSettings(_Model):
     """One TCP profile (set per network namespace)."""
     cc: str = Field("reno", pattern=r"^[a-z0-9_]{1,16}$", description="congestion control, always set explicitly")
@@ -343,6 +385,14 @@ class TcpSettings(_Model):
     rto_random_pct: int = Field(0, ge=0, le=100, description="net.ipv4.tcp_rto_random_pct (50: the paper's)")
     delack_us: int = Field(0, ge=0, le=1_000_000, description="net.ipv4.tcp_delack_us; 0 = the kernel's delayed ACK")
     ecn: bool = Field(False, description="net.ipv4.tcp_ecn = 1: ask for ECN (dctcp asks anyway)")
+    era: Literal[TCP_ERAS] = Field(
+        "modern", description="modern: this kernel's TCP as it comes; linux-2.6.28: turned back, per "
+        "namespace, to the papers' kernel where it can be (initial window 3, no tail loss probes, no "
+        "RACK, ...; docs/tcp-profiles.md); tcp.initcwnd and tcp.sysctls win over it")
+    sysctls: SysctlTable = Field(
+        default_factory=dict, description="more net.ipv4 TCP sysctls for the namespace, by name without "
+        "the net.ipv4. prefix (tcp_early_retrans = 0); they win over the era's; a profile's are "
+        "merged over [tcp]'s")
 
 
 def _optional(f):
@@ -350,12 +400,20 @@ def _optional(f):
     return Annotated[(Union[f.annotation, None], *f.metadata)] if f.metadata else Union[f.annotation, None]
 
 
+def _profile_field(f):
+    """A TcpSettings field as a named profile has it: unset by default. A table
+    (tcp.sysctls) stays a table, empty by default: it adds nothing to [tcp]'s, and
+    --set walks into it by key as into [tcp]'s."""
+    if f.default_factory is dict:
+        return Annotated[(f.annotation, *f.metadata)], Field(default_factory=dict, description=f.description)
+    return _optional(f), Field(None, description=f.description)
+
+
 # A named profile gives only what differs from [tcp]; the merged profile is validated
 # as TcpSettings (so the same limits apply).
 TcpProfileFields = create_model(
     "TcpProfileFields", __base__=_Model,
-    **{name: (_optional(f), Field(None, description=f.description))
-       for name, f in TcpSettings.model_fields.items()})
+    **{name: _profile_field(f) for name, f in TcpSettings.model_fields.items()})
 
 _PROFILE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 ROLES = ("client", "servers", "others")
@@ -393,6 +451,8 @@ class TCP(TcpSettings):
         if profile is None:
             return TcpSettings(**base)
         over = self.profiles[profile].model_dump(exclude_none=True)
+        if "sysctls" in over:       # a profile adds sysctls to [tcp]'s, name by name
+            over["sysctls"] = {**base["sysctls"], **over["sysctls"]}
         try:
             return TcpSettings(**{**base, **over})
         except ValidationError as e:

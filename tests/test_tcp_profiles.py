@@ -1,16 +1,24 @@
 """Per-host TCP profiles: each host's namespace gets its own profile, read back from
-the namespace itself after the run's hosts are configured (tcp_hosts.json)."""
+the namespace itself after the run's hosts are configured (tcp_hosts.json). The era
+(tcp.era = "linux-2.6.28") turns a profile's TCP back to the papers' kernel where
+this one can be (docs/tcp-profiles.md)."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import subprocess
+import uuid
+from types import SimpleNamespace
 
 import pytest
 
-from conftest import needs_root, run_json
+from conftest import incast_cmd, needs_root, run_json
 
-pytestmark = [needs_root, pytest.mark.network]
+OLD = "linux-2.6.28"
 
 
+@needs_root
+@pytest.mark.network
 def test_each_host_runs_its_own_profile(tmp_path, no_leftovers):
     s = run_json("--senders", "3", "--link-rate", "100Mbit", "--sru", "16KiB", "--blocks", "3",
                  "--warmup", "1", "--rto-min", "10ms",
@@ -58,3 +66,156 @@ def test_static_neighbours_cover_every_measured_path():
     # Any other host knows every host but itself.
     assert [ip for ip, _ in n["client"]] == ["10.0.0.2", "10.0.0.3", "10.0.0.9"]
     assert [ip for ip, _ in n["near1"]] == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+
+
+# --- the papers' TCP as a profile (tcp.era) ------------------------------------------
+
+def _features(hrtimer=False):
+    """What TcpProfile.resolve asks of the probed kernel (a 6.12 without the hrtimer patches)."""
+    return SimpleNamespace(lowest_rto_min_us=1, hrtimer_rto=hrtimer, rto_min_us_sysctl=True,
+                           effective_rto_floor=lambda rto_min_us, hrtimer: rto_min_us)
+
+
+def _profile(mtu=1500, **tcp):
+    from incast.network.hostconfig import TcpProfile
+    from incast.scenario import TcpSettings
+    return TcpProfile.resolve(TcpSettings(**tcp), _features(), mtu)
+
+
+def test_modern_era_changes_nothing():
+    p = _profile()
+    assert p.era == "modern" and p.era_sysctls == {} and "initcwnd" not in p.route_metrics
+
+
+def test_linux_2_6_28_turns_loss_recovery_back():
+    p = _profile(era=OLD)
+    # No tail loss probe, no RACK (nor the early retransmit it took over): a lost tail
+    # waits for the RTO.
+    assert p.era_sysctls["net.ipv4.tcp_early_retrans"] == "0"
+    assert p.era_sysctls["net.ipv4.tcp_recovery"] == "0"
+    # F-RTO stays on (2.6.28 had it on), the receiver ACKs every out-of-order segment.
+    assert p.era_sysctls["net.ipv4.tcp_frto"] == "2"
+    assert p.era_sysctls["net.ipv4.tcp_comp_sack_nr"] == "0"
+    assert p.era_sysctls["net.ipv4.tcp_autocorking"] == "0"
+    # RFC 3390's 3 segments at a 1448-byte MSS, and 2.6.28's first receive window.
+    assert p.route_metrics.split() == ["initcwnd", "3", "initrwnd", "4"]
+    # What the era sets is optional (reported where missing), never required.
+    assert not set(p.era_sysctls) & set(p.sysctls)
+
+
+def test_the_era_keeps_the_other_fields():
+    p = _profile(era=OLD, delayed_ack=False, rto_min=200, sack=False)
+    assert p.sysctls["net.ipv4.tcp_sack"] == "0" and p.sysctls["net.ipv4.tcp_rto_min_us"] == "200"
+    assert p.route_metrics.split()[:2] == ["quickack", "1"]
+
+
+def test_explicit_initcwnd_and_sysctls_win_over_the_era():
+    p = _profile(era=OLD, initcwnd=10, sysctls={"tcp_early_retrans": 3})
+    assert "initcwnd 10" in p.route_metrics and "initcwnd 3" not in p.route_metrics
+    assert p.sysctls["net.ipv4.tcp_early_retrans"] == "3"
+    assert "net.ipv4.tcp_early_retrans" not in p.era_sysctls
+    assert p.era_sysctls["net.ipv4.tcp_recovery"] == "0"
+
+
+@pytest.mark.parametrize("mtu,initcwnd,initrwnd", [(1500, 3, 4), (1100, 4, 4), (9000, 2, 2), (576, 4, 4)])
+def test_initial_windows_follow_the_mss_as_2_6_28_did(mtu, initcwnd, initrwnd):
+    assert f"initcwnd {initcwnd} initrwnd {initrwnd}" in _profile(mtu, era=OLD).route_metrics
+
+
+def test_tcp_sysctls_cannot_name_what_a_field_sets():
+    from incast.network.hostconfig import TcpProfile
+    from incast.scenario import SYSCTLS_OWNED, TcpSettings
+    written = {**TcpProfile.resolve(TcpSettings(), _features()).sysctls,
+               **TcpProfile.resolve(TcpSettings(), _features(hrtimer=True)).sysctls}
+    tcp = {k.removeprefix("net.ipv4.") for k in written if k.startswith("net.ipv4.tcp_")}
+    assert tcp <= set(SYSCTLS_OWNED)
+
+
+def test_every_era_of_the_scenario_has_a_table():
+    from incast.network.hostconfig import ERA_SYSCTLS
+    from incast.scenario import TCP_ERAS
+    assert set(ERA_SYSCTLS) == set(TCP_ERAS)
+
+
+def test_sysctls_the_kernel_lacks_are_reported_not_fatal():
+    from incast.network.hostconfig import read_back
+    p = _profile(era=OLD)
+    printed = "\n".join(f"{k} = {v}" for k, v in {**p.sysctls, **p.era_sysctls}.items()
+                        if k != "net.ipv4.tcp_backlog_ack_defer")
+    back = read_back(printed + "\nroute: 10.0.0.0/8 dev eth0 initcwnd 3\nstatic neighbours: 1\n", p)
+    assert back["era"] == OLD and back["missing_sysctls"] == ["net.ipv4.tcp_backlog_ack_defer"]
+    assert back["sysctls"]["net.ipv4.tcp_recovery"] == "0"
+
+
+def test_era_in_a_named_profile():
+    from incast.scenario import build
+    s = build({}, {"tcp.profiles.old.era": OLD, "tcp.profiles.old.sysctls.tcp_recovery": "1",
+                   "tcp.sysctls.tcp_dsack": "0", "tcp.hosts.servers": "old"})
+    servers, client = s.tcp.for_host("server1"), s.tcp.for_host("client")
+    assert (servers.era, client.era) == (OLD, "modern")
+    # A profile's sysctls are merged over [tcp]'s, name by name.
+    assert servers.sysctls == {"tcp_dsack": "0", "tcp_recovery": "1"} and client.sysctls == {"tcp_dsack": "0"}
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("tcp.era", "2.6.28", "tcp.era"),
+    ("tcp.profiles.old.era", "linux-2.6", "tcp.profiles.old.era"),
+    ("tcp.sysctls.tcp_sack", "0", "tcp.sack"),
+    ("tcp.sysctls.rmem", "1", "tcp.sysctls"),
+    ("tcp.sysctls.tcp_frto", "2;reboot", "tcp.sysctls"),
+])
+def test_bad_era_or_sysctl_is_one_line_naming_the_field(field, value, needle):
+    from incast.scenario import ScenarioError, build
+    with pytest.raises(ScenarioError) as e:
+        build({}, {field: value})
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+@needs_root
+def test_a_sysctl_the_kernel_lacks_is_skipped_and_reported(no_leftovers):
+    """The era's lines of a host's script, in a fresh namespace, with one sysctl this
+    kernel no longer has (tcp_abc, removed in 3.9) added to the era's."""
+    from incast.network import hostconfig
+    p = _profile(era=OLD)
+    p = dataclasses.replace(p, era_sysctls={**p.era_sysctls, "net.ipv4.tcp_abc": "0"})
+    script = "\n".join(["set -e", f"sysctl -q -e -w {hostconfig._assignments(p.era_sysctls)}",
+                        "echo CONFIGURED", *hostconfig._read_back_commands(p)])
+    ns = f"incast-era-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        r = subprocess.run(["ip", "netns", "exec", ns, "sh", "-c", script], capture_output=True, text=True)
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=True)
+    assert r.returncode == 0, r.stderr
+    back = hostconfig.read_back(r.stdout.split("CONFIGURED", 1)[1], p)
+    assert back["missing_sysctls"] == ["net.ipv4.tcp_abc"]
+    assert back["sysctls"]["net.ipv4.tcp_recovery"] == "0"
+
+
+@needs_root
+def test_bad_era_exits_2_with_one_line(tmp_path):
+    r = incast_cmd("run", "--set", "tcp.era=2.6.28", "--out", tmp_path / "r")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [r.stderr.strip()]
+    assert r.stderr.startswith("incast: tcp.era: ") and not (tmp_path / "r").exists()
+
+
+@needs_root
+@pytest.mark.network
+def test_linux_2_6_28_servers_read_back_from_their_namespaces(tmp_path, no_leftovers):
+    s = run_json("--senders", "2", "--link-rate", "100Mbit", "--sru", "16KiB", "--blocks", "3",
+                 "--warmup", "1", "--set", "tcp.profiles.old.era=linux-2.6.28",
+                 "--set", "tcp.hosts.servers=old", "--out", tmp_path / "r")
+    assert s["blocks"] == 3
+    applied = json.loads((tmp_path / "r" / "tcp_hosts.json").read_text())
+    from incast.network.hostconfig import LINUX_2_6_28_SYSCTLS
+    for server in ("server1", "server2"):
+        a = applied[server]
+        assert a["era"] == OLD and a["missing_sysctls"] == []
+        got = {k: a["sysctls"][k] for k in LINUX_2_6_28_SYSCTLS}
+        assert got == LINUX_2_6_28_SYSCTLS
+        assert "initcwnd 3" in a["route"] and "initrwnd 4" in a["route"]
+    # The client keeps this kernel's TCP, and reports it: tail loss probes and RACK on.
+    client = applied["client"]
+    assert client["era"] == "modern" and "initcwnd" not in client["route"]
+    assert client["sysctls"]["net.ipv4.tcp_early_retrans"] == "3"
+    assert client["sysctls"]["net.ipv4.tcp_recovery"] == "1"

@@ -11,8 +11,9 @@ losses happen only at the switch.
 """
 from __future__ import annotations
 
+import shlex
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from incast import dataplane as dataplanes
 from incast.machine.netdev import offloads_off_command, tx_checksum_off_command
@@ -33,6 +34,55 @@ NIC_QUEUE_PACKETS = 10_000
 # (NIC_TIMER_SLACK_US and NIC_SLACK_FRAMES_MAX are in incast.constants: fidelity judges by them.)
 
 
+# The papers' Linux (SIGCOMM'09 ran 2.6.28) where this kernel can be turned back to it
+# per network namespace: each line undoes what a later release brought (the release in
+# brackets). docs/tcp-profiles.md has the table, the measurements, and what cannot be
+# turned back (FACK, rate-halving, 2.6.28's F-RTO and RTT estimator, ...).
+LINUX_2_6_28_SYSCTLS = {
+    # No tail loss probe [3.10]: a lost tail waits for the RTO.
+    "net.ipv4.tcp_early_retrans": "0",
+    # No RACK [4.4], nor the early retransmit [3.5] it took over: a segment is lost
+    # when tcp_reordering segments above it were SACKed.
+    "net.ipv4.tcp_recovery": "0",
+    # F-RTO was on in 2.6.28 too (2, the default since 2.6.24); the algorithm behind
+    # the value is RFC 5682's [3.10], not 2.6.28's RFC 4138 one.
+    "net.ipv4.tcp_frto": "2",
+    # The receiver sends every duplicate ACK at once: no SACK compression [4.19] ...
+    "net.ipv4.tcp_comp_sack_nr": "0",
+    # ... and no ACK held back while a socket's backlog is processed [6.7].
+    "net.ipv4.tcp_backlog_ack_defer": "0",
+    # No TCP small queues [3.6]: a window goes to the NIC's queue at once. TSQ's limit is
+    # the smaller of this and ~1 ms of data at the pacing rate, which the ratios [4.1]
+    # raise to their most (1000%: ten windows per srtt); reno paces nothing, so nothing
+    # else moves.
+    "net.ipv4.tcp_limit_output_bytes": "2147483647",
+    "net.ipv4.tcp_pacing_ss_ratio": "1000",
+    "net.ipv4.tcp_pacing_ca_ratio": "1000",
+    # No autocorking [3.14]: a write's last, short segment leaves at once.
+    "net.ipv4.tcp_autocorking": "0",
+    # The reordering a connection may learn stops at 2.6.28's TCP_MAX_REORDERING.
+    "net.ipv4.tcp_max_reordering": "127",
+    # Already this kernel's defaults, pinned: DSACK on, no linear timeouts for thin
+    # streams [2.6.34].
+    "net.ipv4.tcp_dsack": "1",
+    "net.ipv4.tcp_thin_linear_timeouts": "0",
+}
+ERA_SYSCTLS = {"modern": {}, "linux-2.6.28": LINUX_2_6_28_SYSCTLS}
+# Read back from every host whatever its era, so that results show the loss-recovery
+# settings a run had.
+ERA_KNOBS = sorted({name for table in ERA_SYSCTLS.values() for name in table})
+# IPv4 and TCP headers with the timestamp option (on in both eras): MSS = MTU - this.
+TCP_IP_HEADERS = 20 + 20 + 12
+
+
+def linux_2_6_28_windows(mss: int) -> dict[str, int]:
+    """2.6.28's initial windows in segments for this MSS, as route options: its send
+    window (tcp_init_cwnd: RFC 3390, 3 segments at 1448 bytes) and the receive window
+    it advertised first (tcp_select_initial_window: 4 segments up to 1460 bytes)."""
+    return {"initcwnd": 2 if mss > 1460 else 3 if mss > 1095 else 4,
+            "initrwnd": 4 if mss <= 1460 else 3 if mss <= 3 * 1460 else 2}
+
+
 @dataclass(frozen=True)
 class TcpProfile:
     """A host's TCP as the scenario asks for it and this kernel can give it, resolved
@@ -41,21 +91,29 @@ class TcpProfile:
     rto_min_us: int         # tcp.rto_min, with "min" replaced by the lowest this kernel accepts
     hrtimer: bool           # retransmission timers in microseconds (the hrtimer kernel)
     rto_floor_us: int       # the shortest timeout the kernel will actually wait
-    sysctls: dict           # per-namespace sysctls
+    sysctls: dict           # per-namespace sysctls; one the kernel lacks fails the host's configuration
     route_metrics: str      # per-route options ("" for none)
+    era: str = "modern"     # tcp.era
+    # The era's sysctls: set where this kernel has them; the ones it lacks are reported
+    # (tcp_hosts.json), not fatal: an older kernel lacks a knob because the behaviour it
+    # switches off never came, a newer one may have dropped it (tcp_fack, tcp_abc).
+    era_sysctls: dict = field(default_factory=dict)
 
     @classmethod
-    def resolve(cls, tcp, features) -> "TcpProfile":
-        """From scenario.TcpSettings (one profile)."""
+    def resolve(cls, tcp, features, mtu: int = 1500) -> "TcpProfile":
+        """From scenario.TcpSettings (one profile), for links of this MTU."""
         rto_min_us = features.lowest_rto_min_us if tcp.rto_min == "min" else tcp.rto_min
         hrtimer = bool(features.hrtimer_rto and tcp.hrtimer_rto is not False)
+        sysctls = _sysctls(tcp, rto_min_us, features)
+        # tcp.sysctls win over the era's: a run can turn one knob back or forward.
+        era = {k: v for k, v in ERA_SYSCTLS[tcp.era].items() if k not in sysctls}
         return cls(tcp.cc, rto_min_us, hrtimer, features.effective_rto_floor(rto_min_us, hrtimer),
-                   _sysctls(tcp, rto_min_us, features), _route_metrics(tcp, rto_min_us, features))
+                   sysctls, _route_metrics(tcp, rto_min_us, features, mtu), tcp.era, era)
 
     @classmethod
     def of(cls, scenario, features, host: str) -> "TcpProfile":
         """The profile of a host, or of a role (``client``, ``servers``)."""
-        return cls.resolve(scenario.tcp.for_host(host), features)
+        return cls.resolve(scenario.tcp.for_host(host), features, scenario.link.mtu)
 
 
 def _sysctls(tcp, rto_min_us: int, features) -> dict[str, str]:
@@ -79,15 +137,21 @@ def _sysctls(tcp, rto_min_us: int, features) -> dict[str, str]:
         s["net.ipv4.tcp_rto_hrtimer"] = "0" if tcp.hrtimer_rto is False else "1"
         s["net.ipv4.tcp_rto_random_pct"] = str(tcp.rto_random_pct)
         s["net.ipv4.tcp_delack_us"] = str(tcp.delack_us)
+    # tcp.sysctls last: a name this kernel lacks fails the host's configuration, naming it.
+    s.update({f"net.ipv4.{name}": value for name, value in tcp.sysctls.items()})
     return s
 
 
-def _route_metrics(tcp, rto_min_us: int, features) -> str:
+def _route_metrics(tcp, rto_min_us: int, features, mtu: int = 1500) -> str:
     opts = []
     if not tcp.delayed_ack:
         opts.append("quickack 1")      # the receiver ACKs every segment at once
-    if tcp.initcwnd:
-        opts.append(f"initcwnd {tcp.initcwnd}")
+    windows = linux_2_6_28_windows(mtu - TCP_IP_HEADERS) if tcp.era == "linux-2.6.28" else {}
+    initcwnd = tcp.initcwnd or windows.get("initcwnd")     # an explicit tcp.initcwnd wins
+    if initcwnd:
+        opts.append(f"initcwnd {initcwnd}")
+    if windows:
+        opts.append(f"initrwnd {windows['initrwnd']}")
     if not features.rto_min_us_sysctl:
         opts.append(f"rto_min {max(1, rto_min_us // 1000)}ms")
     return " ".join(opts)
@@ -121,7 +185,7 @@ def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False, exact_timers:
 
 def _exact_timers(features) -> bool:
     """Timers fire on time (virtual time): the NIC's bucket needs no slack."""
-    return bool(features is not None and features.virtual_time)
+    return bool(features is not None and features.clock.exact_timers)
 
 
 # The plug qdisc under the NIC's token bucket, where the kernel has it and PAUSE is on.
@@ -198,11 +262,12 @@ def host_script(host, scenario, tcp: TcpProfile, features,
                 neighbours: list[tuple[str, str]] = ()) -> str:
     intf = host.defaultIntf().name
     ip = host.IP()
-    sysctls = " ".join(f"{k}={v}" for k, v in tcp.sysctls.items())
     metrics = tcp.route_metrics
     lines = [
         "set -e",
-        f"sysctl -q -w {sysctls}",
+        f"sysctl -q -w {_assignments(tcp.sysctls)}",
+        # -e: a sysctl this kernel lacks is skipped here and reported from the read-back.
+        *([f"sysctl -q -e -w {_assignments(tcp.era_sysctls)}"] if tcp.era_sysctls else []),
         offloads_off_command(intf) + " >/dev/null",
         *([tx_checksum_off_command(intf) + " >/dev/null"]
           if dataplanes.REGISTRY[scenario.dataplane].host_tx_checksum else []),
@@ -215,11 +280,21 @@ def host_script(host, scenario, tcp: TcpProfile, features,
                   *(f"neigh replace {nip} lladdr {mac} dev {intf} nud permanent" for nip, mac in neighbours),
                   "NEIGHBOURS"]
     lines.append("echo CONFIGURED")
-    # Read back what the namespace now has: the results report that, not the request.
-    lines.append(f"sysctl {' '.join(tcp.sysctls)}")
-    lines.append("ip route show 10.0.0.0/8 | sed 's/^/route: /'")
-    lines.append("echo \"static neighbours: $(ip neigh show nud permanent | wc -l)\"")
-    return "\n".join(lines)
+    return "\n".join(lines + _read_back_commands(tcp))
+
+
+def _read_back_commands(tcp: TcpProfile) -> list[str]:
+    """Print what the namespace now has: the results report that, not the request.
+    The era knobs are read in every era (-e: those this kernel lacks print nothing)."""
+    knobs = [k for k in ERA_KNOBS if k not in tcp.sysctls]
+    return [f"sysctl {' '.join(tcp.sysctls)}",
+            *([f"sysctl -e {' '.join(knobs)}"] if knobs else []),
+            "ip route show 10.0.0.0/8 | sed 's/^/route: /'",
+            "echo \"static neighbours: $(ip neigh show nud permanent | wc -l)\""]
+
+
+def _assignments(sysctls: dict) -> str:
+    return " ".join(shlex.quote(f"{k}={v}") for k, v in sysctls.items())
 
 
 def host_popen(host, cmd: list[str], **kwargs) -> subprocess.Popen:
@@ -233,30 +308,38 @@ def host_popen(host, cmd: list[str], **kwargs) -> subprocess.Popen:
 def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
     """Apply each host's TCP profile, its NIC and its static neighbours (all hosts in
     parallel); raise with the first host's error. Returns, per host, its profile's name and the TCP settings read
-    back from its namespace (sysctls, and the route carrying the per-route options)."""
+    back from its namespace (sysctls, and the route carrying the per-route options),
+    its era, and the era's sysctls the kernel lacks (missing_sysctls)."""
     procs = []
     neighbours = static_neighbours(hosts, servers)
-    for h in hosts:
-        tcp = TcpProfile.of(scenario, features, h.name)
+    profiles = [TcpProfile.of(scenario, features, h.name) for h in hosts]
+    for h, tcp in zip(hosts, profiles):
         script = host_script(h, scenario, tcp, features, neighbours[h.name])
         procs.append((h, host_popen(h, ["sh", "-c", script],
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     failed, applied = [], {}
-    for h, p in procs:
+    for (h, p), tcp in zip(procs, profiles):
         out, _ = p.communicate()
         if p.returncode or "CONFIGURED" not in out:
             lines = out.strip().splitlines()
             failed.append(f"configuring host {h.name} failed: {lines[-1] if lines else 'no output'}")
             continue
-        readback = out.split("CONFIGURED", 1)[1].strip().splitlines()
-        sysctls = dict(ln.split(" = ", 1) for ln in readback if " = " in ln)
-        route = next((ln[len("route: "):] for ln in readback if ln.startswith("route: ")), "")
-        statics = next((ln.split(": ", 1)[1] for ln in readback if ln.startswith("static neighbours: ")), "0")
-        applied[h.name] = {"profile": scenario.tcp.profile_of(h.name) or "tcp", "sysctls": sysctls,
-                           "route": route.strip(), "static_neighbours": int(statics)}
+        applied[h.name] = {"profile": scenario.tcp.profile_of(h.name) or "tcp",
+                           **read_back(out.split("CONFIGURED", 1)[1], tcp)}
     if failed:
         raise RuntimeError(failed[0])
     return applied
+
+
+def read_back(text: str, tcp: TcpProfile) -> dict:
+    """What a host's script printed after configuring it: its sysctls, its route, its
+    static neighbours, and (missing_sysctls) the era's sysctls this kernel lacks."""
+    lines = text.strip().splitlines()
+    sysctls = dict(ln.split(" = ", 1) for ln in lines if " = " in ln)
+    route = next((ln[len("route: "):] for ln in lines if ln.startswith("route: ")), "")
+    statics = next((ln.split(": ", 1)[1] for ln in lines if ln.startswith("static neighbours: ")), "0")
+    return {"era": tcp.era, "sysctls": sysctls, "route": route.strip(), "static_neighbours": int(statics),
+            "missing_sysctls": [k for k in tcp.era_sysctls if k not in sysctls]}
 
 
 def read_counters(pid: int) -> dict[str, int]:
