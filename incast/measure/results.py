@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from incast.constants import RTO_COUNTERS
+from incast.constants import RTO_COUNTER
 from incast.errors import OutputUnusable, ResultsExist
 
 # The fields every summary.json has (PAUSE and data-plane health fields join them where
@@ -217,7 +217,7 @@ def summarize(blocks: pd.DataFrame, counters: pd.DataFrame, queues: pd.DataFrame
         "block_ms_p99": round(float(dur.quantile(0.99)), 3),
         "block_ms_max": round(float(dur.max()), 3),
         # Every retransmission timeout, whatever recovery state it ended.
-        "timeouts": int(counters[[c for c in RTO_COUNTERS if c in counters]].sum().sum()) if len(counters) else 0,
+        "timeouts": int(counters[RTO_COUNTER].sum()) if len(counters) and RTO_COUNTER in counters else 0,
         "retransmits": int(counters["RetransSegs"].sum()) if len(counters) else 0,
         "drops": int(queues["drops"].sum()) if len(queues) else 0,
         "bottleneck_drops": int(queues.loc[queues["port"] == bottleneck_port, "drops"].sum()) if len(queues) else 0,
