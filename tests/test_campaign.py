@@ -230,7 +230,8 @@ def test_a_sweep_runs_on_a_dask_cluster_of_unprivileged_workers(tmp_path, no_lef
         from distributed import Client
         with Client(scheduler_file=str(sched_file), timeout="30s") as client:
             client.wait_for_workers(2, timeout=120)      # both joined, as nobody
-        r = incast_cmd("sweep", "--grid", "senders=1,2", *VIRTUAL, "--executor", str(sched_file),
+        # --fresh: the session's store may hold these points from another test already
+        r = incast_cmd("sweep", "--grid", "senders=1,2", *VIRTUAL, "--executor", str(sched_file), "--fresh",
                        "--out", tmp_path / "sw")
         assert r.returncode == 0, r.stderr[-3000:]
         table = pd.read_parquet(tmp_path / "sw" / "sweep.parquet")
