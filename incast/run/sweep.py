@@ -144,6 +144,9 @@ def run_sweep(points, grid: dict, repeats: int, out: Path, unique: bool, meta: d
     (work / "runs").mkdir()
     (work / "sweep.json").write_text(json.dumps({"grid": grid, "repeat": repeats, **meta}, indent=2))
     runs, auto_note = _resolve_auto(runs, resolve_auto_rate, log)
+    if auto_note:       # the plot's title says which rate "auto" became
+        (work / "sweep.json").write_text(json.dumps({"grid": grid, "repeat": repeats, **meta,
+                                                     "auto_note": auto_note}, indent=2))
     rows: dict[int, dict] = {}
     tasks = []
     bar = progress(runs)
@@ -159,7 +162,7 @@ def run_sweep(points, grid: dict, repeats: int, out: Path, unique: bool, meta: d
     if reused:
         log(f"{reused} of {len(runs)} runs already measured (point store {store.root}); "
             f"{len(tasks)} to run")
-    _write_table(rows, work, auto_note)
+    _write_table(rows, work)
     for done in ex.run(tasks, store):
         i = done.task.index
         values, s = runs[i]
@@ -175,10 +178,10 @@ def run_sweep(points, grid: dict, repeats: int, out: Path, unique: bool, meta: d
             if line and not line.startswith("{"):
                 log(f"run {i}: {line}" if not line.startswith("warning:") else line)
         _advance(bar, rows[i])
-        _write_table(rows, work, auto_note)
+        _write_table(rows, work)
     if hasattr(bar, "close"):
         bar.close()
-    table = _write_table(rows, work, auto_note)
+    table = _write_table(rows, work)
     claim.finalize()
     return SweepOutcome(final, len(table), int(table["error"].notna().sum()) if "error" in table else 0, reused)
 
@@ -207,17 +210,13 @@ def _advance(bar, row: dict) -> None:
         bar.update(1)
 
 
-def _write_table(rows: dict, work: Path, auto_note: str) -> pd.DataFrame:
+def _write_table(rows: dict, work: Path) -> pd.DataFrame:
     """sweep.parquet in grid order, rewritten after every run (atomically: a reader or a
     kill never sees half a table)."""
     table = pd.DataFrame([rows[i] for i in sorted(rows)])
     tmp = work / ".sweep.parquet.tmp"
     table.to_parquet(tmp, index=False)
     tmp.replace(work / "sweep.parquet")
-    meta = json.loads((work / "sweep.json").read_text())
-    if meta.get("auto_note") != auto_note:
-        meta["auto_note"] = auto_note
-        (work / "sweep.json").write_text(json.dumps(meta, indent=2))
     return table
 
 
