@@ -68,6 +68,27 @@ def test_runs_that_disagree_leave_the_claim_undecided():
     assert v["verdict"] == "holds", v
 
 
+def test_a_gap_between_two_measured_series_is_judged_run_against_run():
+    fig = figures.Figure(**FIG, claims=[{"text": "gap", "series": "200ms", "at": 16,
+                                         "below_series": "200us", "margin_mbps": 100}])
+    # Medians 700 vs 820 (a gap of 120), but the other series' runs spread so widely that
+    # one pairing of runs shows a gap of only 20: undecided, not "holds".
+    rows = [("200ms", 16, g) for g in (690, 700, 705)] + [("200us", 16, g) for g in (725, 820, 870)]
+    v = figures.judge(fig, table(rows))[0]
+    assert v["verdict"] == "undecided" and "interval 20.0 to 180.0 Mbit/s straddles 100" in v["detail"], v
+    rows = [("200ms", 16, g) for g in (690, 700, 705)] + [("200us", 16, g) for g in (810, 820, 870)]
+    assert figures.judge(fig, table(rows))[0]["verdict"] == "holds"
+
+
+def test_the_gap_interval_is_the_distribution_free_one():
+    # 3 and 3 runs: the 90% interval is every pairing (U = 0 has probability 1/20 each side)
+    assert figures.shift_interval([10, 20, 30], [1, 2, 3]) == (7, 29)
+    # 10 and 10: k = 28 (P(U <= 27) = 0.045 in each tail), so the 28th difference from each end
+    a, b = [float(i) for i in range(100, 110)], [float(i) for i in range(10)]
+    d = sorted(x - y for x in a for y in b)
+    assert figures.shift_interval(a, b) == (d[27], d[-28])
+
+
 def test_runs_that_were_not_faithful_never_count():
     fig = figures.Figure(**FIG, claims=[{"text": "collapse", "series": "200ms", "at": 16, "below": 0.25}])
     # The one run below the bound was not faithful: the claim rests on the others.
