@@ -142,7 +142,9 @@ def test_sysctls_the_kernel_lacks_are_reported_not_fatal():
     p = _profile(era=OLD)
     printed = "\n".join(f"{k} = {v}" for k, v in {**p.sysctls, **p.era_sysctls}.items()
                         if k != "net.ipv4.tcp_backlog_ack_defer")
-    back = read_back(printed + "\nroute: 10.0.0.0/8 dev eth0 initcwnd 3\nstatic neighbours: 1\n", p)
+    back = read_back(printed + "\n10.0.0.0/8 dev eth0 proto kernel scope link initcwnd 3\n"
+                     "10.0.0.1 dev eth0 lladdr 00:00:00:00:00:01 PERMANENT\n", p)
+    assert back["static_neighbours"] == 1 and back["route"].endswith("initcwnd 3")
     assert back["era"] == OLD and back["missing_sysctls"] == ["net.ipv4.tcp_backlog_ack_defer"]
     assert back["sysctls"]["net.ipv4.tcp_recovery"] == "0"
 
@@ -178,8 +180,8 @@ def test_a_sysctl_the_kernel_lacks_is_skipped_and_reported(no_leftovers):
     from incast.network import hostconfig
     p = _profile(era=OLD)
     p = dataclasses.replace(p, era_sysctls={**p.era_sysctls, "net.ipv4.tcp_abc": "0"})
-    script = "\n".join(["set -e", f"sysctl -q -e -w {hostconfig._assignments(p.era_sysctls)}",
-                        "echo CONFIGURED", *hostconfig._read_back_commands(p)])
+    script = "\n".join(["set -e", *hostconfig.sysctl_write_lines(p.era_sysctls, skip_missing=True),
+                        hostconfig._read_back_sysctls(p), "echo CONFIGURED"])
     ns = f"incast-era-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
@@ -187,7 +189,7 @@ def test_a_sysctl_the_kernel_lacks_is_skipped_and_reported(no_leftovers):
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=True)
     assert r.returncode == 0, r.stderr
-    back = hostconfig.read_back(r.stdout.split("CONFIGURED", 1)[1], p)
+    back = hostconfig.read_back(r.stdout, p)
     assert back["missing_sysctls"] == ["net.ipv4.tcp_abc"]
     assert back["sysctls"]["net.ipv4.tcp_recovery"] == "0"
 

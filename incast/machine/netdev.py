@@ -74,16 +74,12 @@ def set_up(names: list[str], ns: str | None = None) -> None:
     batch("ip", [f"link set dev {n} up" for n in names], ns=ns)
 
 
-def offloads_off_command(dev: str) -> str:
+def offloads_off_command(dev: str, tx_checksum: bool = False) -> str:
     # Without this the queues hold 64 KB GSO/GRO super-packets and a 32 KB buffer
-    # drops nearly everything.
-    return f"ethtool -K {dev} tso off gso off gro off"
-
-
-def tx_checksum_off_command(dev: str) -> str:
-    # A software switch that forwards frames as they are (bmv2) needs checksums complete
-    # when they leave the host, not left to a NIC that veth does not have.
-    return f"ethtool -K {dev} tx off"
+    # drops nearly everything. tx_checksum: a software switch that forwards frames as
+    # they are (bmv2) needs checksums complete when they leave the host, not left to a
+    # NIC that veth does not have.
+    return f"ethtool -K {dev} tso off gso off gro off" + (" tx off" if tx_checksum else "")
 
 
 def offloads_off(devs: list[str]) -> None:

@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from incast import dataplane as dataplanes
-from incast.machine.netdev import offloads_off_command, tx_checksum_off_command
+from incast.machine.netdev import offloads_off_command
 from incast.constants import NIC_SLACK_FRAMES_MAX, NIC_TIMER_SLACK_US, WIRE_OVERHEAD
 from incast.constants import RTO_COUNTERS
 from incast.constants import ETH_HLEN
@@ -260,41 +260,56 @@ def static_neighbours(hosts, servers) -> dict[str, list[tuple[str, str]]]:
 
 def host_script(host, scenario, tcp: TcpProfile, features,
                 neighbours: list[tuple[str, str]] = ()) -> str:
+    """The shell script that configures one host, in its namespace. A process costs tens
+    of milliseconds of host time under User-Mode Linux, so the script starts four: the
+    sysctls are written with the shell's own echo, each tool runs once with a batch."""
     intf = host.defaultIntf().name
     ip = host.IP()
     metrics = tcp.route_metrics
+    tx_off = dataplanes.REGISTRY[scenario.dataplane].host_tx_checksum
+    ip_lines = list(host.address_lines()) if hasattr(host, "address_lines") else []
+    if metrics:
+        ip_lines.append(f"route replace 10.0.0.0/8 dev {intf} proto kernel scope link src {ip} {metrics}")
+    ip_lines += [f"neigh replace {nip} lladdr {mac} dev {intf} nud permanent" for nip, mac in neighbours]
     lines = [
         "set -e",
-        f"sysctl -q -w {_assignments(tcp.sysctls)}",
-        # -e: a sysctl this kernel lacks is skipped here and reported from the read-back.
-        *([f"sysctl -q -e -w {_assignments(tcp.era_sysctls)}"] if tcp.era_sysctls else []),
-        offloads_off_command(intf) + " >/dev/null",
-        *([tx_checksum_off_command(intf) + " >/dev/null"]
-          if dataplanes.REGISTRY[scenario.dataplane].host_tx_checksum else []),
-        *nic_tc_commands(intf, scenario, features),
+        *sysctl_write_lines(tcp.sysctls),
+        # a sysctl of the era this kernel lacks is skipped here and reported from the read-back
+        *sysctl_write_lines(tcp.era_sysctls, skip_missing=True),
+        offloads_off_command(intf, tx_checksum=tx_off) + " >/dev/null",
+        "tc -batch - <<'TC'",
+        *(c.removeprefix("tc ") for c in nic_tc_commands(intf, scenario, features)),
+        "TC",
     ]
-    if metrics:
-        lines.append(f"ip route replace 10.0.0.0/8 dev {intf} proto kernel scope link src {ip} {metrics}")
-    if neighbours:
-        lines += ["ip -batch - <<'NEIGHBOURS'",
-                  *(f"neigh replace {nip} lladdr {mac} dev {intf} nud permanent" for nip, mac in neighbours),
-                  "NEIGHBOURS"]
-    lines.append("echo CONFIGURED")
-    return "\n".join(lines + _read_back_commands(tcp))
+    # ... and what the namespace now has, read back in the same batch and by one
+    # sysctl: the results report that, not the request
+    ip_lines += ["route show 10.0.0.0/8", "neigh show nud permanent"]
+    lines += ["ip -batch - <<'IP'", *ip_lines, "IP", _read_back_sysctls(tcp), "echo CONFIGURED"]
+    return "\n".join(lines)
 
 
-def _read_back_commands(tcp: TcpProfile) -> list[str]:
-    """Print what the namespace now has: the results report that, not the request.
-    The era knobs are read in every era (-e: those this kernel lacks print nothing)."""
-    knobs = [k for k in ERA_KNOBS if k not in tcp.sysctls]
-    return [f"sysctl {' '.join(tcp.sysctls)}",
-            *([f"sysctl -e {' '.join(knobs)}"] if knobs else []),
-            "ip route show 10.0.0.0/8 | sed 's/^/route: /'",
-            "echo \"static neighbours: $(ip neigh show nud permanent | wc -l)\""]
+def _sysctl_path(name: str) -> str:
+    return "/proc/sys/" + name.replace(".", "/")
 
 
-def _assignments(sysctls: dict) -> str:
-    return " ".join(shlex.quote(f"{k}={v}") for k, v in sysctls.items())
+def sysctl_write_lines(sysctls: dict, skip_missing: bool = False) -> list[str]:
+    """Shell lines that set sysctls through /proc/sys (the shell's echo: no process).
+    A knob the kernel lacks fails the script, naming it, unless skip_missing."""
+    out = []
+    for k, v in sysctls.items():
+        path = shlex.quote(_sysctl_path(k))
+        write = (f"echo {shlex.quote(str(v))} 2>/dev/null > {path} || "
+                 f"{{ echo {shlex.quote(f'sysctl {k} = {v}: not set (no such knob, or a value it refuses)')}; exit 1; }}")
+        out.append(f"if [ -e {path} ]; then {write}; fi" if skip_missing else write)
+    return out
+
+
+def _read_back_sysctls(tcp: TcpProfile) -> str:
+    """The command printing the profile's sysctls and every era knob (-e: those this
+    kernel lacks print nothing). (sysctl(8), not the shell's read: dash reads a byte at a
+    time, and an integer sysctl answers a read past its first byte with end-of-file.)"""
+    knobs = [*tcp.sysctls, *(k for k in ERA_KNOBS if k not in tcp.sysctls)]
+    return f"sysctl -e {' '.join(knobs)}"
 
 
 def host_popen(host, cmd: list[str], **kwargs) -> subprocess.Popen:
@@ -324,21 +339,21 @@ def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
             lines = out.strip().splitlines()
             failed.append(f"configuring host {h.name} failed: {lines[-1] if lines else 'no output'}")
             continue
-        applied[h.name] = {"profile": scenario.tcp.profile_of(h.name) or "tcp",
-                           **read_back(out.split("CONFIGURED", 1)[1], tcp)}
+        applied[h.name] = {"profile": scenario.tcp.profile_of(h.name) or "tcp", **read_back(out, tcp)}
     if failed:
         raise RuntimeError(failed[0])
     return applied
 
 
 def read_back(text: str, tcp: TcpProfile) -> dict:
-    """What a host's script printed after configuring it: its sysctls, its route, its
-    static neighbours, and (missing_sysctls) the era's sysctls this kernel lacks."""
+    """What a host's script printed after configuring it: its sysctls (``name = value``),
+    its route and its static neighbours (``ip route``/``ip neigh`` output), and
+    (missing_sysctls) the era's sysctls this kernel lacks."""
     lines = text.strip().splitlines()
     sysctls = dict(ln.split(" = ", 1) for ln in lines if " = " in ln)
-    route = next((ln[len("route: "):] for ln in lines if ln.startswith("route: ")), "")
-    statics = next((ln.split(": ", 1)[1] for ln in lines if ln.startswith("static neighbours: ")), "0")
-    return {"era": tcp.era, "sysctls": sysctls, "route": route.strip(), "static_neighbours": int(statics),
+    route = next((ln for ln in lines if ln.startswith("10.0.0.0/8 ")), "")
+    statics = sum(1 for ln in lines if ln.rstrip().endswith("PERMANENT"))
+    return {"era": tcp.era, "sysctls": sysctls, "route": route.strip(), "static_neighbours": statics,
             "missing_sysctls": [k for k in tcp.era_sysctls if k not in sysctls]}
 
 

@@ -386,10 +386,10 @@ class _Measured:
 
 def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     # Imported late: Mininet is heavy and only needed once a network is built.
-    from mininet.link import Link
     from mininet.log import setLogLevel
     from mininet.net import Mininet
-    from mininet.node import Host
+
+    from incast.network.link import BatchedHost, DeferredIntf, VethBatch
     setLogLevel("error")
     wanted = sorted({t.cc for _, t in scenario.tcp.all_settings()} - set(features.cc_allowed))
     if wanted:
@@ -414,10 +414,12 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     t_build = time.monotonic()
     topo = topology.load(scenario.topology.kind, scenario.topology.senders, **scenario.topology.params())
-    net = Mininet(topo=topo, switch=dp.switch_class(), controller=None, host=Host, link=Link,
-                  build=False, waitConnected=False)
+    veths = VethBatch()
+    net = Mininet(topo=topo, switch=dp.switch_class(), controller=None, host=BatchedHost,
+                  link=veths.link_class(), intf=DeferredIntf, build=False, waitConnected=False)
     try:
         net.build()
+        veths.create()
     finally:    # every node shell Mininet started, even if the build failed half-way
         res.track(*(getattr(n, "shell", None) for n in net.hosts + net.switches))
     net.start()

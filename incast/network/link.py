@@ -1,0 +1,145 @@
+"""Mininet links and hosts whose interfaces are made and configured in batches.
+
+Mininet makes each veth pair with one command in a host's shell and configures each
+interface with several ``ifconfig`` calls (up, address, loopback): about ten processes
+and as many shell round trips per host. Under User-Mode Linux a process costs tens of
+milliseconds of host time, so a 47-server network took about 70 s of host time to build
+(Figure 1's setting; run summaries' host_phase_s). Here the topology is still built with
+Mininet (``Topo.addHost/addLink``, ``Mininet.build``), but:
+
+* ``BatchedLink`` records each veth pair instead of making it; ``VethBatch.create``
+  makes them all in one ``ip -batch`` (each end in its node's namespace) and brings up
+  the ends in the run's own namespace (the switch ports);
+* ``DeferredIntf`` and ``BatchedHost`` record addresses instead of running ``ifconfig``;
+  each host's address, its loopback and its interface come up in the one ``ip -batch``
+  its configuration script runs anyway (``hostconfig.host_script``).
+
+Nothing reads an interface between the two: Mininet knows each one's name, MAC (it
+draws one per end) and IP from its own bookkeeping.
+"""
+from __future__ import annotations
+
+import os
+import pty
+import select
+import termios
+
+from mininet.link import Intf, Link
+from mininet.node import Host
+
+from incast.machine import netdev
+
+
+class DeferredIntf(Intf):
+    """An interface whose MAC and IP are recorded, not applied: a batch applies them."""
+
+    def config(self, mac=None, ip=None, ifconfig=None, up=True, **_params):
+        if ifconfig:
+            raise ValueError(f"{self.name}: ifconfig parameters are not supported ({ifconfig!r})")
+        if mac:
+            self.mac = mac
+        if ip:
+            self.setIP(ip)
+        return {}
+
+    def setIP(self, ipstr, prefixLen=None):
+        self.ip, self.prefixLen = ipstr.split("/") if "/" in ipstr else (ipstr, prefixLen)
+        return ""
+
+    def setMAC(self, macstr):
+        raise ValueError(f"{self.name}: a MAC is chosen when the link is made, not changed after")
+
+    def isUp(self, setUp=False):
+        return True
+
+
+class BatchedHost(Host):
+    """A Mininet host whose default configuration (IP, loopback up) is only recorded
+    on its interface; hostconfig's script applies it. Its shell starts in two processes,
+    not four: no ``env`` to set the prompt, no ``stty`` to turn off the echo."""
+
+    def startShell(self, mnopts=None):
+        # Mininet's Node.startShell, less two processes: the prompt comes through the
+        # environment and the terminal's echo is turned off before bash starts.
+        if self.shell:
+            raise RuntimeError(f"{self.name}: shell is already running")
+        opts = ("-cd" if mnopts is None else mnopts) + ("n" if self.inNamespace else "")
+        cmd = ["mnexec", opts, "bash", "--norc", "--noediting", "-is", "mininet:" + self.name]
+        self.master, self.slave = pty.openpty()
+        attrs = termios.tcgetattr(self.slave)
+        attrs[3] &= ~termios.ECHO
+        termios.tcsetattr(self.slave, termios.TCSANOW, attrs)
+        self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave,
+                                 close_fds=False, env={**os.environ, "PS1": chr(127)})
+        self.stdin = os.fdopen(self.master, "r")
+        self.stdout = self.stdin
+        self.pid = self.shell.pid
+        self.pollOut = select.poll()
+        self.pollOut.register(self.stdout)
+        self.outToNode[self.stdout.fileno()] = self
+        self.inToNode[self.stdin.fileno()] = self
+        self.execed, self.lastCmd, self.lastPid, self.readbuf = False, None, None, ""
+        while True:                                     # the first prompt
+            data = self.read(1024)
+            if data and data[-1] == chr(127):
+                break
+            self.pollOut.poll()
+        self.waiting = False
+        self.cmd("unset HISTFILE; set +m")              # builtins only
+
+    def config(self, mac=None, ip=None, defaultRoute=None, lo="up", **params):
+        if defaultRoute:
+            raise ValueError(f"{self.name}: defaultRoute is not supported (one /8 subnet)")
+        intf = self.defaultIntf()
+        if intf is not None and ip:
+            intf.setIP(ip, params.get("prefixLen", 8))
+        if intf is not None and mac and mac != intf.MAC():
+            raise ValueError(f"{self.name}: give a host's MAC to its link (addr1), not to the host")
+        return {}
+
+    def address_lines(self) -> list[str]:
+        """ip -batch lines that give this host its address and bring it up."""
+        lines = ["link set dev lo up"]
+        for intf in self.intfList():
+            if intf.name == "lo":
+                continue
+            if intf.IP():
+                lines.append(f"address replace {intf.IP()}/{intf.prefixLen} dev {intf.name}")
+            lines.append(f"link set dev {intf.name} up")
+        return lines
+
+
+class VethBatch:
+    """The veth pairs of one network, made together."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.local_ends: list[str] = []      # ends in the run's namespace (switch ports)
+
+    def link_class(self):
+        batch = self
+
+        class BatchedLink(Link):
+            def __init__(self, node1, node2, **params):
+                params["fast"] = True      # make the pair with each end where it belongs
+                params.setdefault("intf", DeferredIntf)
+                super().__init__(node1, node2, **params)
+
+            def makeIntfPair(self, intfname1, intfname2, addr1=None, addr2=None,
+                             node1=None, node2=None, deleteIntfs=True):
+                batch.add(intfname1, intfname2, addr1, addr2, node1, node2)
+        return BatchedLink
+
+    def add(self, name1, name2, addr1, addr2, node1, node2) -> None:
+        ends = []
+        for name, addr, node in ((name1, addr1, node1), (name2, addr2, node2)):
+            where = f" netns {node.pid}" if node is not None and node.inNamespace else ""
+            ends.append(f"name {name}{f' address {addr}' if addr else ''}{where}")
+            if not where:
+                self.local_ends.append(name)
+        self.lines.append(f"link add {ends[0]} type veth peer {ends[1]}")
+
+    def create(self) -> None:
+        """Make every recorded pair (one process), then bring up the local ends."""
+        netdev.batch("ip", self.lines + [f"link set dev {n} up" for n in self.local_ends])
+        self.lines, self.local_ends = [], []
