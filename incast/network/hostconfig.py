@@ -11,6 +11,7 @@ losses happen only at the switch.
 """
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 from dataclasses import dataclass, field
@@ -320,26 +321,54 @@ def host_popen(host, cmd: list[str], **kwargs) -> subprocess.Popen:
     return subprocess.Popen(["nsenter", f"--net=/proc/{host.pid}/ns/net", "--", *cmd], **kwargs)
 
 
+# Marks a host's section in the output of a shell that configures several.
+_SECTION = "@@incast-host"
+
+
 def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
-    """Apply each host's TCP profile, its NIC and its static neighbours (all hosts in
-    parallel); raise with the first host's error. Returns, per host, its profile's name and the TCP settings read
+    """Apply each host's TCP profile, its NIC and its static neighbours; raise with the
+    first host's error. Returns, per host, its profile's name and the TCP settings read
     back from its namespace (sysctls, and the route carrying the per-route options),
-    its era, and the era's sysctls the kernel lacks (missing_sysctls)."""
-    procs = []
+    its era, and the era's sysctls the kernel lacks (missing_sysctls).
+
+    One shell per CPU configures its share of the hosts one after another (entering each
+    host's namespace with nsenter, its script on stdin): a process forked from this
+    one copies a large address space, which under User-Mode Linux costs a good part
+    of a second per host, and a script on stdin has no argument-length limit (a client's
+    neighbour table for 2048 servers is over 128 KiB)."""
     neighbours = static_neighbours(hosts, servers)
-    profiles = [TcpProfile.of(scenario, features, h.name) for h in hosts]
-    for h, tcp in zip(hosts, profiles):
-        script = host_script(h, scenario, tcp, features, neighbours[h.name])
-        procs.append((h, host_popen(h, ["sh", "-c", script],
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    profiles = {h.name: TcpProfile.of(scenario, features, h.name) for h in hosts}
+    shells = max(1, min(len(hosts), os.cpu_count() or 1))
+    procs = []
+    for share in (hosts[i::shells] for i in range(shells)):
+        lines = []
+        for h in share:
+            end = f"INCAST_HOST_{h.name}_END"
+            lines += [f"echo '{_SECTION} {h.name}'",
+                      f"nsenter --net=/proc/{h.pid}/ns/net -- sh -s 2>&1 <<'{end}'",
+                      host_script(h, scenario, profiles[h.name], features, neighbours[h.name]),
+                      end, f"echo \"{_SECTION}-exit $?\""]
+        procs.append(subprocess.Popen(["sh", "-s"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+        procs[-1].stdin.write("\n".join(lines) + "\n")
+        procs[-1].stdin.close()
+    outputs: dict[str, tuple[str, str]] = {}
+    for proc in procs:
+        text = proc.stdout.read()
+        proc.wait()
+        for section in text.split(f"{_SECTION} ")[1:]:
+            name, _, rest = section.partition("\n")
+            out, _, status = rest.rpartition(f"{_SECTION}-exit ")
+            outputs[name.strip()] = (out, status.strip())
     failed, applied = [], {}
-    for (h, p), tcp in zip(procs, profiles):
-        out, _ = p.communicate()
-        if p.returncode or "CONFIGURED" not in out:
+    for h in hosts:
+        out, status = outputs.get(h.name, ("", "missing"))
+        if status != "0" or "CONFIGURED" not in out:
             lines = out.strip().splitlines()
             failed.append(f"configuring host {h.name} failed: {lines[-1] if lines else 'no output'}")
             continue
-        applied[h.name] = {"profile": scenario.tcp.profile_of(h.name) or "tcp", **read_back(out, tcp)}
+        applied[h.name] = {"profile": scenario.tcp.profile_of(h.name) or "tcp",
+                           **read_back(out, profiles[h.name])}
     if failed:
         raise RuntimeError(failed[0])
     return applied

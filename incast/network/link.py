@@ -64,7 +64,7 @@ class BatchedHost(Host):
         if self.shell:
             raise RuntimeError(f"{self.name}: shell is already running")
         opts = ("-cd" if mnopts is None else mnopts) + ("n" if self.inNamespace else "")
-        cmd = ["mnexec", opts, "bash", "--norc", "--noediting", "-is", "mininet:" + self.name]
+        cmd = ["mnexec", opts, "sh", "-is", "mininet:" + self.name]
         self.master, self.slave = pty.openpty()
         attrs = termios.tcgetattr(self.slave)
         attrs[3] &= ~termios.ECHO
