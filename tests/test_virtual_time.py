@@ -21,7 +21,7 @@ from incast.vm import guest, uml
 
 pytestmark = pytest.mark.network
 
-PAYLOAD_SHARE = 1448 / 1538      # TCP payload of a full frame with timestamps, on the wire
+from incast.report.figures import PAYLOAD_SHARE   # TCP payload of a full frame with timestamps, on the wire
 
 
 def skip_reason(variant: str) -> str | None:
@@ -93,21 +93,20 @@ def test_rerun_with_drops_repeats_the_statistics(tmp_path, no_leftovers):
 @needs("uml-hrtimer")
 @needs("uml-stock")
 def test_collapse_and_hrtimer_recovery_at_40_servers(tmp_path, no_leftovers):
-    """SIGCOMM'09 Figure 1 at 40 servers: 1 MiB blocks through a 64 KiB buffer at
-    1 Gbit/s. With the stock 200 ms minimum RTO goodput collapses (blocks wait out
-    whole RTOs); with microsecond RTOs on the hrtimer kernel no block waits that long
-    and goodput is about three times higher. (Measured, seeds 1-3: 200.1, 98.6, 99.0
-    Mbit/s; 552.8, 553.7, 559.1.) At 16 servers the stock run is near a tipping point on this
-    kernel: most runs collapse (117-179 Mbit/s) but some see no timeout at all (554),
-    so a test there would depend on the trajectory."""
+    """Both kernels end to end at 40 servers (1 MiB blocks through a 64 KiB buffer at
+    1 Gbit/s, this kernel's default TCP otherwise): with the stock 200 ms minimum RTO a
+    block waits out a whole RTO; with microsecond RTOs on the hrtimer kernel none does,
+    and goodput is higher. (Measured, seeds 1-3: 200.1, 98.6, 99.0 Mbit/s; 552.8, 553.7,
+    559.1.) The papers' thresholds (below 10% and above 85% of the link) are judged in
+    the papers' setting, over repetitions: the sigcomm09-fig1 figure's claims."""
     args = ["--clock", "virtual", "--link-rate", "1Gbit", "--buffer", "64KiB", "--workload", "fixed-block",
             "--block", "1MiB", "--blocks", "20", "--warmup", "3", "--cc", "reno", "--senders", "40"]
     stock = run_json(*args, "--kernel", "stock", "--rto-min", "200ms", "--out", tmp_path / "stock")
     hr = run_json(*args, "--kernel", "hrtimer", "--rto-min", "200us", "--out", tmp_path / "hr")
-    limit = stock["link_mbps"] * PAYLOAD_SHARE
-    assert stock["goodput_mbps"] < 0.3 * limit and stock["block_ms_max"] > 200, stock
-    assert hr["goodput_mbps"] > 0.4 * limit and hr["block_ms_max"] < 100, hr
-    assert hr["goodput_mbps"] > 1.8 * stock["goodput_mbps"]
+    # A block that lost its tail waits the whole 200 ms RTOmin; with 200 us none can.
+    assert stock["timeouts"] > 0 and stock["block_ms_max"] > 200, stock
+    assert hr["block_ms_max"] < 200, hr
+    assert hr["goodput_mbps"] > stock["goodput_mbps"], (stock, hr)
 
 
 @needs("uml-stock")
