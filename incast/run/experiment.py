@@ -261,7 +261,7 @@ def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out
     if runner is uml:
         # The guest's root is this machine's: the tools found on the caller's PATH
         # (bmv2 under /opt/p4, say) are found there, before the guest's own PATH.
-        command = f"PATH={shlex.quote(os.environ.get('PATH', ''))}:$PATH {command}"
+        command = f"export PATH={shlex.quote(os.environ.get('PATH', ''))}:$PATH; {command}"
     with tempfile.TemporaryDirectory(prefix=".incast-vm-", dir=out.parent) as tmp:
         Path(tmp, "scenario.toml").write_text(to_toml(inner))
         if runner is uml:
