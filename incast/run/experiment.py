@@ -260,8 +260,9 @@ def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out
             log(line if line.startswith("warning:") else f"guest: {line}")
     if runner is uml:
         # The guest's root is this machine's: the tools found on the caller's PATH
-        # (bmv2 under /opt/p4, say) are found there, before the guest's own PATH.
-        command = f"export PATH={shlex.quote(os.environ.get('PATH', ''))}:$PATH; {command}"
+        # (bmv2 under /opt/p4, say) are found there too, after the guest's own PATH
+        # (the system's ip, tc and sh first, whatever shims the caller's PATH has).
+        command = f"export PATH=$PATH:{shlex.quote(os.environ.get('PATH', ''))}; {command}"
     with tempfile.TemporaryDirectory(prefix=".incast-vm-", dir=out.parent) as tmp:
         Path(tmp, "scenario.toml").write_text(to_toml(inner))
         if runner is uml:

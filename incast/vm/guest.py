@@ -165,18 +165,23 @@ class LineFollower:
 
 
 def supervise(cmd: list[str], rdir: Path, log_name: str, timeout: float,
-              give_up=lambda waited: False, on_line=None) -> tuple[float, bool, bool, bytes]:
+              give_up=lambda waited: False, on_line=None,
+              cpu: int | None = None) -> tuple[float, bool, bool, bytes]:
     """Run the emulator until it exits, ``timeout`` passes, or ``give_up(waited)`` says
     so; kill it (and its session) on every way out. ``on_line`` gets each line of the
-    guest command's output while it runs. Returns (elapsed, timed_out, gave_up, its
-    own output)."""
+    guest command's output while it runs; ``cpu``: the one CPU it (and every process it
+    starts) may run on. Returns (elapsed, timed_out, gave_up, its own output)."""
     log_path = rdir / log_name
     follow = LineFollower(rdir / "output.txt", on_line) if on_line else lambda: None
     timed_out = gave_up = False
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
+        def before_exec():
+            set_pdeathsig()
+            if cpu is not None:
+                os.sched_setaffinity(0, {cpu})
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, preexec_fn=set_pdeathsig)
+                                start_new_session=True, preexec_fn=before_exec)
     try:
         with signals_raise():
             while proc.poll() is None:
