@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 import subprocess
 from dataclasses import dataclass, field
 
@@ -339,7 +340,7 @@ def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
     neighbours = static_neighbours(hosts, servers)
     profiles = {h.name: TcpProfile.of(scenario, features, h.name) for h in hosts}
     shells = max(1, min(len(hosts), os.cpu_count() or 1))
-    procs = []
+    scripts = []
     for share in (hosts[i::shells] for i in range(shells)):
         lines = []
         for h in share:
@@ -348,14 +349,18 @@ def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
                       f"nsenter --net=/proc/{h.pid}/ns/net -- sh -s 2>&1 <<'{end}'",
                       host_script(h, scenario, profiles[h.name], features, neighbours[h.name]),
                       end, f"echo \"{_SECTION}-exit $?\""]
-        procs.append(subprocess.Popen(["sh", "-s"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
-        procs[-1].stdin.write("\n".join(lines) + "\n")
-        procs[-1].stdin.close()
+        scripts.append("\n".join(lines) + "\n")
+
+    def run_shell(script: str) -> str:
+        # input= writes the script while the output is read: a hundred hosts' script and
+        # their read-back both pass a pipe's 64 KiB, and writing one before reading the
+        # other would wait forever.
+        return subprocess.run(["sh", "-s"], input=script, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True).stdout
+    with ThreadPoolExecutor(len(scripts)) as pool:
+        texts = list(pool.map(run_shell, scripts))
     outputs: dict[str, tuple[str, str]] = {}
-    for proc in procs:
-        text = proc.stdout.read()
-        proc.wait()
+    for text in texts:
         for section in text.split(f"{_SECTION} ")[1:]:
             name, _, rest = section.partition("\n")
             out, _, status = rest.rpartition(f"{_SECTION}-exit ")
