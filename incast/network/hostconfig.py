@@ -269,7 +269,7 @@ def host_script(host, scenario, tcp: TcpProfile, features,
     ip = host.IP()
     metrics = tcp.route_metrics
     tx_off = dataplanes.REGISTRY[scenario.dataplane].host_tx_checksum
-    ip_lines = list(host.address_lines()) if hasattr(host, "address_lines") else []
+    ip_lines = host.address_lines()       # network.link.BatchedHost: its address, brought up
     if metrics:
         ip_lines.append(f"route replace 10.0.0.0/8 dev {intf} proto kernel scope link src {ip} {metrics}")
     ip_lines += [f"neigh replace {nip} lladdr {mac} dev {intf} nud permanent" for nip, mac in neighbours]
