@@ -61,16 +61,21 @@ class BatchedHost(Host):
     def startShell(self, mnopts=None):
         # Mininet's Node.startShell, less two processes: the prompt comes through the
         # environment and the terminal's echo is turned off before bash starts.
+        # The other descriptors are closed by Python (one close_range call), not by
+        # mnexec -c, which calls close() on every number below the descriptor limit:
+        # with the limit at 16384 (a UML guest's) that is 16384 system calls per host,
+        # about 0.25 s of host time each under User-Mode Linux (measured: 47-server
+        # network built in 14.2 s, shells only).
         if self.shell:
             raise RuntimeError(f"{self.name}: shell is already running")
-        opts = ("-cd" if mnopts is None else mnopts) + ("n" if self.inNamespace else "")
+        opts = ("-d" if mnopts is None else mnopts) + ("n" if self.inNamespace else "")
         cmd = ["mnexec", opts, "sh", "-is", "mininet:" + self.name]
         self.master, self.slave = pty.openpty()
         attrs = termios.tcgetattr(self.slave)
         attrs[3] &= ~termios.ECHO
         termios.tcsetattr(self.slave, termios.TCSANOW, attrs)
         self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave,
-                                 close_fds=False, env={**os.environ, "PS1": chr(127)})
+                                 close_fds=True, env={**os.environ, "PS1": chr(127)})
         self.stdin = os.fdopen(self.master, "r")
         self.stdout = self.stdin
         self.pid = self.shell.pid
