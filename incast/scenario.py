@@ -65,25 +65,42 @@ def _topologies():
 
 # Topologies with a second switch for far servers and far hosts (topologies/*.py).
 TWO_SIDED = ("two_switch", "leaf_spine")
+# Topologies whose switches are joined by trunks (topology.trunk_rate).
+TRUNKED = TWO_SIDED + ("fan_in",)
+# SIGCOMM'09 Figure 13's largest point.
+MAX_SENDERS = 2048
+# fan_in's default: an edge switch per this many servers (a Linux bridge takes 1023 ports).
+SERVERS_PER_EDGE = 1000
 
 
 class Topology(_Model):
     """Which Mininet topology (a file in topologies/) and how many servers answer."""
     kind: Annotated[str, _registered("topology", _topologies)] = "star"   # topologies/<kind>.py
-    senders: int = Field(1, ge=1, le=1020, description="servers answering each block")
-    far: int | None = Field(None, ge=0, le=1020,
+    senders: int = Field(1, ge=1, le=MAX_SENDERS, description="servers answering each block (beyond a "
+                         "switch's ports: topology fan_in)")
+    far: int | None = Field(None, ge=0, le=MAX_SENDERS,
                             description="two_switch, leaf_spine: servers on the second switch (default half)")
     others: int = Field(0, ge=0, le=64, description="extra hosts per switch (near1.., far1..) for background traffic")
     trunk_rate: Rate | None = Field(
         None, description="rate of links between switches (default link.rate)")
     spines: int | None = Field(None, ge=1, le=4, description="leaf_spine: spine switches (default 2)")
+    edges: int | None = Field(None, ge=1, le=64,
+                              description="fan_in: edge switches the servers spread over (default one per 1000)")
 
     @model_validator(mode="after")
     def _fits_the_kind(self):
-        if self.kind not in TWO_SIDED and (self.far is not None or self.trunk_rate is not None):
-            raise ValueError(f"topology.far and trunk_rate are for kinds {' and '.join(TWO_SIDED)}, not {self.kind}")
+        if self.kind not in TWO_SIDED and self.far is not None:
+            raise ValueError(f"topology.far is for kinds {' and '.join(TWO_SIDED)}, not {self.kind}")
+        if self.kind not in TRUNKED and self.trunk_rate is not None:
+            raise ValueError(f"topology.trunk_rate is for kinds {', '.join(TRUNKED)}, not {self.kind}")
         if self.kind != "leaf_spine" and self.spines is not None:
             raise ValueError(f"topology.spines is for kind leaf_spine, not {self.kind}")
+        if self.kind != "fan_in" and self.edges is not None:
+            raise ValueError(f"topology.edges is for kind fan_in, not {self.kind}")
+        if self.kind == "fan_in" and self.others:
+            raise ValueError("topology.others: fan_in carries no background hosts")
+        if self.edges is not None and self.edges > self.senders:
+            raise ValueError(f"topology.edges ({self.edges}) is more than the {self.senders} servers")
         if self.far is not None and self.far > self.senders:
             raise ValueError(f"topology.far ({self.far}) is more than the {self.senders} servers")
         return self
@@ -95,10 +112,20 @@ class Topology(_Model):
             p["far"] = self.far
         if self.spines is not None:
             p["spines"] = self.spines
+        if self.kind == "fan_in":
+            p["edges"] = self.edge_switches()
         return p
 
+    def edge_switches(self) -> int:
+        """fan_in: its edge switches, given or one per SERVERS_PER_EDGE servers."""
+        return self.edges or -(-self.senders // SERVERS_PER_EDGE)
+
     def most_hosts_on_a_switch(self) -> int:
-        """Host ports of the busiest switch: the client's (near) one, or the far one."""
+        """Host ports of the busiest switch: the client's (near) one, or the far one
+        (fan_in: the busiest edge switch, or the root's client and trunks)."""
+        if self.kind == "fan_in":
+            edges = self.edge_switches()
+            return max(-(-self.senders // edges) + 1, 1 + edges)
         if self.kind not in TWO_SIDED:
             return 1 + self.senders + self.others
         far = self.senders // 2 if self.far is None else self.far
@@ -578,7 +605,7 @@ class Scenario(_Model):
         can = list(REGISTRY)
         busiest = self.topology.most_hosts_on_a_switch()
         if busiest > plane.max_ports:
-            raise ValueError(f"topology: {busiest} hosts on one switch; a switch of the {self.dataplane} "
+            raise ValueError(f"topology: {busiest} ports on one switch; a switch of the {self.dataplane} "
                              f"data plane takes at most {plane.max_ports}")
         if self.clock == "virtual" and self.kernel == "host":
             raise ValueError("clock virtual runs a User-Mode Linux kernel, not this machine's: "

@@ -22,6 +22,16 @@ def test_two_switch_is_a_plain_mininet_topo():
     assert t.client == "client" and len(t.servers) == 6
 
 
+def test_fan_in_spreads_servers_over_edges_within_a_bridges_ports():
+    t = topology.load("fan_in", 2048, edges=3)
+    assert set(t.switches()) == {"s1", "s2", "s3", "s4"} and len(t.servers) == 2048
+    ports = {sw: sum(1 for link in t.links() if sw in link) for sw in t.switches()}
+    assert ports == {"s1": 4, "s2": 684, "s3": 684, "s4": 683}   # servers and a trunk
+    assert next(iter(t.links())) == ("client", "s1")             # s1's port 1: the bottleneck
+    s = build({"topology": {"kind": "fan_in", "senders": 2048, "trunk_rate": "1000Gbit"}})
+    assert s.topology.params()["edges"] == 3 and s.topology.most_hosts_on_a_switch() == 684
+
+
 def test_scenario_knows_the_topologys_hosts():
     s = build({"topology": {"kind": "two_switch", "senders": 4, "others": 2}})
     assert s.topology.hosts() == ["client", "server1", "server2", "server3", "server4",
@@ -32,6 +42,11 @@ def test_scenario_knows_the_topologys_hosts():
     ({"background": [{"src": "far1", "dst": "client"}]}, "no host 'far1'"),
     ({"topology": {"others": 1}, "background": [{"src": "near1", "dst": "near1"}]}, "the same host"),
     ({"topology": {"far": 1}}, "for kinds two_switch and leaf_spine"),
+    ({"topology": {"trunk_rate": "10Gbit"}}, "for kinds two_switch, leaf_spine, fan_in"),
+    ({"topology": {"senders": 2048}}, "2049 ports on one switch.*at most 1023"),
+    ({"topology": {"kind": "fan_in", "senders": 2048, "edges": 2}}, "1025 ports on one switch"),
+    ({"topology": {"kind": "fan_in", "senders": 2, "edges": 3}}, "more than the 2 servers"),
+    ({"topology": {"edges": 2, "senders": 4}}, "for kind fan_in"),
     ({"topology": {"kind": "two_switch", "spines": 2}}, "for kind leaf_spine"),
     ({"topology": {"kind": "two_switch", "senders": 2, "far": 3}}, "more than the 2 servers"),
     ({"dataplane": "bmv2", "topology": {"kind": "two_switch", "senders": 2},
