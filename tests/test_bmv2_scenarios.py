@@ -5,9 +5,9 @@ The link rate is one bmv2 keeps up with when every server sends at once: 8 serve
 at 10 Mbit/s offer at most ~7 kpps of data, well below what simple_switch forwards.
 The 32 KiB buffer leaves room above XOFF for two frames from each of them, so PAUSE
 can make the switch lossless.
-At 100 Mbit/s the collapse and its cure by a small RTOmin reproduce too, but bmv2's
-ingress falls behind the burst, so packets wait in its input queue where no PAUSE
-can hold them back (see README, "The bmv2 data plane").
+In real time at 100 Mbit/s bmv2's ingress falls behind the burst here, so packets wait
+in its input queue where no PAUSE can hold them back; virtual time runs 100 Mbit/s and
+1 Gbit/s (the tests at the end).
 """
 import pytest
 
@@ -171,10 +171,10 @@ def test_bmv2_marks_ecn_above_the_threshold(measure):
     assert flows["delivered_ce"].sum() > 0      # the senders saw the marks echoed
 
 
-def _virtual(tmp_path, name, *extra):
+def _virtual(tmp_path, name, *extra, rate="100Mbit"):
     from conftest import run_json
     return run_json("scenarios/fast08-pause-bmv2.toml", "--clock", "virtual", "--kernel", "stock",
-                    "--link-rate", "100Mbit", *extra, "--out", tmp_path / name)
+                    "--link-rate", rate, *extra, "--out", tmp_path / name)
 
 
 def test_bmv2_in_virtual_time_holds_100_mbits(tmp_path):
@@ -188,21 +188,41 @@ def test_bmv2_in_virtual_time_holds_100_mbits(tmp_path):
     assert one["fidelity"]["ok"] and one["switch_ingress_late_packets"] == 0, one
 
 
-def test_bmv2_pause_in_virtual_time_at_100_mbits(tmp_path):
-    """PAUSE at 100 Mbit/s, which real time cannot run here. Not lossless: bmv2's threads
-    still let some packets reach the queue late, and a run is not repeatable to the packet
-    (measured: 7.9 Mbit/s with 8-10 timeouts and 143 drops without; with PAUSE 72.7 Mbit/s
-    with no timeout and 26 drops, or 2 timeouts in another run)."""
+@pytest.mark.parametrize("rate, payload_mbps", [("100Mbit", 100 * 1448 / 1538), ("1Gbit", 1000 * 1448 / 1538)])
+def test_bmv2_pause_in_virtual_time_is_lossless(tmp_path, rate, payload_mbps):
+    """FAST'08 section 5.4 on the P4 switch: with PAUSE, 8 servers through a 32 KiB port
+    lose nothing and get near the link (within 15% of the payload limit), where without
+    it they collapse. (Measured: 100 Mbit/s 88.6-88.8 Mbit/s, 1 Gbit/s 841.9-878.5 Mbit/s:
+    runs that differ in a few clock reads take different turns at XOFF. With UML's
+    upstream 256 ns per clock read bmv2 was a slow switch: at 100 Mbit/s 72.7 Mbit/s
+    and 26 drops, at 1 Gbit/s 34.6 Mbit/s and 126 drops; see incast.vm.uml.)"""
     from test_virtual_time import skip_reason
     if skip_reason("uml-stock"):
         pytest.skip(skip_reason("uml-stock"))
-    plain = _virtual(tmp_path, "plain", "--senders", "8")
-    paused = _virtual(tmp_path, "paused", "--senders", "8", "--pause", "on")
+    plain = _virtual(tmp_path, "plain", "--senders", "8", rate=rate)
+    paused = _virtual(tmp_path, "paused", "--senders", "8", "--pause", "on", rate=rate)
     numbers = {k: (plain[k], paused[k]) for k in ("goodput_mbps", "timeouts", "bottleneck_drops")}
-    assert plain["timeouts"] > 0 and paused["timeouts"] <= plain["timeouts"] / 2, numbers
-    assert paused["goodput_mbps"] > 2 * plain["goodput_mbps"], numbers
-    assert paused["bottleneck_drops"] < 0.5 * plain["bottleneck_drops"], numbers
-    assert paused["pause_frames_received"] > 0, paused
+    assert plain["timeouts"] > 0 and plain["bottleneck_drops"] > 0, numbers      # the collapse
+    assert paused["bottleneck_drops"] == 0 and paused["drops"] == 0 and paused["timeouts"] == 0, numbers
+    assert paused["goodput_mbps"] > 0.85 * payload_mbps, numbers
+    assert paused["pause_frames_received"] > 0 and paused["switch_ingress_late_packets"] == 0, paused
+
+
+def test_bmv2_reruns_in_virtual_time_spread_little(tmp_path):
+    """bmv2 in virtual time is repeatable in its statistics, not to the packet: its
+    threads read the clock a few more or fewer times from one boot to the next, and at
+    XOFF a nanosecond decides which sender is paused first (measured: two reruns gave
+    identical blocks, to 0.5 us, in one session and not in another; 1 Gbit/s with PAUSE
+    841.9-878.5 Mbit/s). Three reruns: all lossless, goodput within 10% of their median."""
+    import statistics
+    from test_virtual_time import skip_reason
+    if skip_reason("uml-stock"):
+        pytest.skip(skip_reason("uml-stock"))
+    runs = [_virtual(tmp_path, name, "--senders", "8", "--pause", "on", "--seed", "3", rate="1Gbit")
+            for name in ("a", "b", "c")]
+    goodput = [r["goodput_mbps"] for r in runs]
+    assert all(r["drops"] == 0 and r["timeouts"] == 0 for r in runs), [(r["drops"], r["timeouts"]) for r in runs]
+    assert (max(goodput) - min(goodput)) < 0.1 * statistics.median(goodput), goodput
 
 
 def test_bmv2_pfc_in_virtual_time_spares_the_innocent_class(tmp_path):

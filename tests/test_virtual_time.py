@@ -60,8 +60,8 @@ def test_one_sender_holds_the_payload_limit_at_1gbit(tmp_path, no_leftovers):
 def test_rerun_without_drops_repeats_every_block_time(tmp_path, no_leftovers):
     """Where nothing is dropped, two runs of one scenario give every block the same
     duration, to within a few clock reads: UML charges each clock read in process
-    context 256 ns of virtual time (TIMER_MULTIPLIER in arch/um/kernel/time.c), and a
-    run's processes do not read the clock exactly as often in every boot. (Measured:
+    context some virtual time (incast.vm.uml.CLOCK_READ_COST_NS), and a run's
+    processes do not read the clock exactly as often in every boot. (Measured:
     identical to the nanosecond in three runs.)"""
     args = [*BASE, "--kernel", "stock", "--senders", "8", "--buffer", "1MiB", "--seed", "7"]
     a = run_json(*args, "--out", tmp_path / "a")
@@ -124,8 +124,8 @@ def test_queue_telemetry_is_sampled_in_virtual_time(tmp_path, no_leftovers):
     assert len(samples) > 100
     assert samples["bytes"].max() <= 32 * 1024
     assert samples["bytes"].max() > 32 * 1024 - 2 * 1514       # it filled up
-    # Samples are 20 us apart (in virtual time exactly, but for the 256 ns UML charges
-    # each clock read: a few per sample); a queue that did not change is not recorded.
+    # Samples are 20 us apart (in virtual time exactly, but for what UML charges each
+    # clock read: a few per sample); a queue that did not change is not recorded.
     steps = samples["time_us"].drop_duplicates().diff().dropna()
     # A sample the scheduler served late (other tasks ran first, reading the clock)
     # is followed by one on the grid again, a shorter step: rare (one CI run had a

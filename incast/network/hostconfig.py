@@ -173,7 +173,7 @@ def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False, exact_timers:
     at the paused rate and would stay silent long after the PAUSE ends. With exact
     timers (virtual time) the bucket holds two frames: the NIC never sends more than
     two back to back, and makes up the fraction of a microsecond a wake-up can still be
-    late there (UML charges each clock read 256 ns; with one frame, measured: 905.5
+    late there (UML charges each clock read, 256 ns then; with one frame, measured: 905.5
     instead of 941.6 Mbit/s for one sender at 1 Gbit/s)."""
     frame = mtu + ETH_HLEN
     limit = nic_queue_bytes(mtu)

@@ -6,9 +6,15 @@ UML runs the real kernel (TCP, qdiscs, bridges, namespaces) as a host process; w
 advances only when every guest task is idle, straight to the next timer. An emulated
 1 Gbit/s link then holds its rate whatever the host machine, a 20 us timeout fires
 after exactly 20 us, and a run with the same inputs gives the same times again to
-within a few clock reads (UML charges 256 ns for each read in process context; where
-packets are dropped, such a shift can change which one, and the rerun's trajectory,
-but not its statistics). The cost is host wall time: every packet is still processed, on one host CPU.
+within a few clock reads (where packets are dropped, such a shift can change which
+one, and the rerun's trajectory, but not its statistics). The cost is host wall time:
+every packet is still processed, on one host CPU.
+
+The one CPU time a guest program is charged is its clock reads: each read in process
+context moves time on (upstream: 256 ns), so that a program waiting in a loop for time
+to pass sees it pass. bmv2 reads the clock many times per packet, and at 256 ns a read
+it was a slow switch (copies of one PAUSE frame left its ports one every 4.1 us;
+kernels/patches-um/0002). Guests here boot with CLOCK_READ_COST_NS instead.
 
 The guest's root is the host's / over hostfs, read-only (the checkout and the venv are
 at the same paths); /tmp, /run, /var/tmp are tmpfs; the results directory is a second,
@@ -45,6 +51,14 @@ from pathlib import Path
 from incast.vm.guest import GUEST_INIT, VMResult, collect, command_main, command_parser, find_kernel, prepare, supervise
 
 VARIANTS = ("uml-stock", "uml-hrtimer")
+# Guest nanoseconds a clock read costs (time-travel-read-cost=, kernels/patches-um/0002).
+# Measured with bmv2 and PAUSE (FAST'08's 8 servers, 32 KiB): at 256 ns and 100 Mbit/s,
+# PAUSE reached the servers 8-90 us after the queue passed XOFF, 21-27 frames dropped;
+# at 16 ns, 1-5 us and none at 100 Mbit/s, 25 dropped at 1 Gbit/s (the hosts'
+# reactions, about 140 reads each, take turns on the one CPU); at 1 ns, within about
+# 1 us and none at 1 Gbit/s. A loop that waits for the clock still sees it move: a
+# tick of its 256 ns resolution every 256 reads.
+CLOCK_READ_COST_NS = 1
 BUILD_HINT = "kernels/build.sh --uml"
 
 
@@ -57,7 +71,8 @@ def uml_command(image: Path, rdir: Path, *, memory_mb: int, append: str = "") ->
     # umid and uml_dir keep UML's control directory (mconsole socket, pid file) inside
     # the results directory, so a killed guest leaves nothing under ~/.uml.
     return [str(image), f"mem={memory_mb}M", "root=/dev/root", "rootfstype=hostfs", "rootflags=/",
-            "ro", "time-travel=inf-cpu", f"umid=incast-{os.getpid()}", f"uml_dir={rdir}/",
+            "ro", "time-travel=inf-cpu", f"time-travel-read-cost={CLOCK_READ_COST_NS}",
+            f"umid=incast-{os.getpid()}", f"uml_dir={rdir}/",
             "con0=null,fd:1", "con=null", "ssl=null", "panic=-1", "loglevel=4",
             f"incast.results={rdir}", *append.split(), "init=/bin/bash", "--", str(GUEST_INIT)]
 
