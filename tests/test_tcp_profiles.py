@@ -175,23 +175,39 @@ def test_bad_era_or_sysctl_is_one_line_naming_the_field(field, value, needle):
 
 @needs_root
 def test_a_sysctl_the_kernel_lacks_is_skipped_and_reported(no_leftovers):
-    """The era's lines of a host's script, in a fresh namespace, with one sysctl this
-    kernel no longer has (tcp_abc, removed in 3.9) added to the era's."""
+    """A host's sysctls, set from inside a fresh namespace as configure_hosts sets them,
+    with one sysctl this kernel no longer has (tcp_abc, removed in 3.9) added to the
+    era's; and a profile's own knob the kernel lacks fails, naming it."""
+    import threading
+    from incast.machine.resources import setns
     from incast.network import hostconfig
     p = _profile(era=OLD)
     p = dataclasses.replace(p, era_sysctls={**p.era_sysctls, "net.ipv4.tcp_abc": "0"})
-    script = "\n".join(["set -e", *hostconfig.sysctl_write_lines(p.era_sysctls, skip_missing=True),
-                        hostconfig._read_back_sysctls(p), "echo CONFIGURED"])
+    bad = dataclasses.replace(p, sysctls={**p.sysctls, "net.ipv4.tcp_abc": "0"})
     ns = f"incast-era-{uuid.uuid4().hex[:8]}"
+    own = open("/proc/sys/net/ipv4/tcp_recovery").read()
     subprocess.run(["ip", "netns", "add", ns], check=True)
+    got = {}
+
+    def inside():       # a thread of its own: it stays in the namespace it entered
+        setns(f"/run/netns/{ns}")
+        got["lines"] = hostconfig.apply_sysctls(p)
+        got["recovery"] = open("/proc/sys/net/ipv4/tcp_recovery").read().strip()
+        try:
+            hostconfig.apply_sysctls(bad)
+        except RuntimeError as e:
+            got["error"] = str(e)
     try:
-        r = subprocess.run(["ip", "netns", "exec", ns, "sh", "-c", script], capture_output=True, text=True)
+        t = threading.Thread(target=inside)
+        t.start()
+        t.join()
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=True)
-    assert r.returncode == 0, r.stderr
-    back = hostconfig.read_back(r.stdout, p)
+    back = hostconfig.read_back("\n".join(got["lines"]), p)
     assert back["missing_sysctls"] == ["net.ipv4.tcp_abc"]
-    assert back["sysctls"]["net.ipv4.tcp_recovery"] == "0"
+    assert back["sysctls"]["net.ipv4.tcp_recovery"] == "0" and got["recovery"] == "0"
+    assert open("/proc/sys/net/ipv4/tcp_recovery").read() == own     # the machine's own untouched
+    assert "net.ipv4.tcp_abc = 0: not set" in got["error"]
 
 
 @needs_root

@@ -1,8 +1,9 @@
 """Configure the emulated hosts: their TCP profile and their NIC.
 
 Every setting is per network namespace (sysctls under net.ipv4 and per-route metrics),
-so hosts never change the machine's own TCP. Each host gets one shell script, run in
-one round trip.
+so hosts never change the machine's own TCP. A host's sysctls and NIC offloads are set
+by this process from inside its namespace (no process started), its addresses, routes,
+neighbours and NIC queue by one ip and one tc batch.
 
 The host's NIC is an HTB at the link rate: a server cannot put more than 1 Gbit/s on
 its link, as on real hardware. Its queue is the host's transmit queue (bounded by TCP
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 import os
 import shlex
+import threading
 from concurrent.futures import ThreadPoolExecutor
 import subprocess
 from dataclasses import dataclass, field
 
 from incast import dataplane as dataplanes
-from incast.machine.netdev import offloads_off_command
+from incast.machine import netdev
+from incast.machine.resources import setns
 from incast.constants import NIC_SLACK_FRAMES_MAX, NIC_TIMER_SLACK_US, WIRE_OVERHEAD
 from incast.constants import RTO_COUNTERS
 from incast.constants import ETH_HLEN
@@ -260,58 +263,50 @@ def static_neighbours(hosts, servers) -> dict[str, list[tuple[str, str]]]:
             for h in hosts}
 
 
-def host_script(host, scenario, tcp: TcpProfile, features,
-                neighbours: list[tuple[str, str]] = ()) -> str:
-    """The shell script that configures one host, in its namespace. A process costs tens
-    of milliseconds of host time under User-Mode Linux, so the script starts four: the
-    sysctls are written with the shell's own echo, each tool runs once with a batch."""
+def host_batches(host, scenario, tcp: TcpProfile, features,
+                 neighbours: list[tuple[str, str]] = ()) -> tuple[list[str], list[str]]:
+    """One host's tc batch (its NIC's queue) and ip batch: its address brought up, the
+    route carrying the profile's per-route options, its static neighbours, and what the
+    namespace then has read back in the same batch (the results report that)."""
     intf = host.defaultIntf().name
-    ip = host.IP()
-    metrics = tcp.route_metrics
-    tx_off = dataplanes.REGISTRY[scenario.dataplane].host_tx_checksum
     ip_lines = host.address_lines()       # network.link.BatchedHost: its address, brought up
-    if metrics:
-        ip_lines.append(f"route replace 10.0.0.0/8 dev {intf} proto kernel scope link src {ip} {metrics}")
+    if tcp.route_metrics:
+        ip_lines.append(f"route replace 10.0.0.0/8 dev {intf} proto kernel scope link src {host.IP()} "
+                        f"{tcp.route_metrics}")
     ip_lines += [f"neigh replace {nip} lladdr {mac} dev {intf} nud permanent" for nip, mac in neighbours]
-    lines = [
-        "set -e",
-        *sysctl_write_lines(tcp.sysctls),
-        # a sysctl of the era this kernel lacks is skipped here and reported from the read-back
-        *sysctl_write_lines(tcp.era_sysctls, skip_missing=True),
-        offloads_off_command(intf, tx_checksum=tx_off) + " >/dev/null",
-        "tc -batch - <<'TC'",
-        *(c.removeprefix("tc ") for c in nic_tc_commands(intf, scenario, features)),
-        "TC",
-    ]
-    # ... and what the namespace now has, read back in the same batch and by one
-    # sysctl: the results report that, not the request
     ip_lines += ["route show 10.0.0.0/8", "neigh show nud permanent"]
-    lines += ["ip -batch - <<'IP'", *ip_lines, "IP", _read_back_sysctls(tcp), "echo CONFIGURED"]
-    return "\n".join(lines)
+    tc_lines = [c.removeprefix("tc ") for c in nic_tc_commands(intf, scenario, features)]
+    return tc_lines, ip_lines
+
+
+def apply_sysctls(tcp: TcpProfile) -> list[str]:
+    """Set the profile's sysctls in the calling thread's network namespace (/proc/sys/net
+    is the opener's namespace's) and read back every knob of the profile and of the
+    eras, as sysctl(8) prints them (``name = value``; a knob this kernel lacks prints
+    nothing). A profile's knob the kernel lacks or refuses raises; an era's is skipped
+    and reported (missing_sysctls)."""
+    for sysctls, skip_missing in ((tcp.sysctls, False), (tcp.era_sysctls, True)):
+        for k, v in sysctls.items():
+            path = _sysctl_path(k)
+            if skip_missing and not os.path.exists(path):
+                continue
+            try:
+                with open(path, "w") as f:
+                    f.write(str(v))
+            except OSError:
+                raise RuntimeError(f"sysctl {k} = {v}: not set (no such knob, or a value it refuses)") from None
+    lines = []
+    for k in [*tcp.sysctls, *(k for k in ERA_KNOBS if k not in tcp.sysctls)]:
+        try:
+            with open(_sysctl_path(k)) as f:
+                lines.append(f"{k} = {f.read().rstrip(chr(10))}")
+        except FileNotFoundError:
+            pass
+    return lines
 
 
 def _sysctl_path(name: str) -> str:
     return "/proc/sys/" + name.replace(".", "/")
-
-
-def sysctl_write_lines(sysctls: dict, skip_missing: bool = False) -> list[str]:
-    """Shell lines that set sysctls through /proc/sys (the shell's echo: no process).
-    A knob the kernel lacks fails the script, naming it, unless skip_missing."""
-    out = []
-    for k, v in sysctls.items():
-        path = shlex.quote(_sysctl_path(k))
-        write = (f"echo {shlex.quote(str(v))} 2>/dev/null > {path} || "
-                 f"{{ echo {shlex.quote(f'sysctl {k} = {v}: not set (no such knob, or a value it refuses)')}; exit 1; }}")
-        out.append(f"if [ -e {path} ]; then {write}; fi" if skip_missing else write)
-    return out
-
-
-def _read_back_sysctls(tcp: TcpProfile) -> str:
-    """The command printing the profile's sysctls and every era knob (-e: those this
-    kernel lacks print nothing). (sysctl(8), not the shell's read: dash reads a byte at a
-    time, and an integer sysctl answers a read past its first byte with end-of-file.)"""
-    knobs = [*tcp.sysctls, *(k for k in ERA_KNOBS if k not in tcp.sysctls)]
-    return f"sysctl -e {' '.join(knobs)}"
 
 
 def host_popen(host, cmd: list[str], **kwargs) -> subprocess.Popen:
@@ -326,29 +321,45 @@ def host_popen(host, cmd: list[str], **kwargs) -> subprocess.Popen:
 _SECTION = "@@incast-host"
 
 
-def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
+def configure_hosts(hosts, servers, scenario, features, netns: dict[str, str]) -> dict[str, dict]:
     """Apply each host's TCP profile, its NIC and its static neighbours; raise with the
     first host's error. Returns, per host, its profile's name and the TCP settings read
     back from its namespace (sysctls, and the route carrying the per-route options),
-    its era, and the era's sysctls the kernel lacks (missing_sysctls).
+    its era, and the era's sysctls the kernel lacks (missing_sysctls). `netns`: host ->
+    the name of its network namespace (resources.name_host_netns).
 
-    One shell per CPU configures its share of the hosts one after another (entering each
-    host's namespace with nsenter, its script on stdin): a process forked from this
-    one copies a large address space, which under User-Mode Linux costs a good part
-    of a second per host, and a script on stdin has no argument-length limit (a client's
-    neighbour table for 2048 servers is over 128 KiB)."""
+    Under User-Mode Linux a process costs about 20 ms of host time, so a thousand hosts
+    cannot have a handful each: one thread of this process enters each host's
+    namespace in turn for its sysctls and NIC offloads, and one shell per CPU runs each
+    host's tc and ip batch (``tc -n``/``ip -n``, the batch on stdin: a client's neighbour
+    table for 2048 servers is over 128 KiB)."""
     neighbours = static_neighbours(hosts, servers)
     profiles = {h.name: TcpProfile.of(scenario, features, h.name) for h in hosts}
+    tx_off = dataplanes.REGISTRY[scenario.dataplane].host_tx_checksum
+    in_namespace: dict[str, tuple[str, list[str]]] = {}
+
+    def enter_each():       # this thread ends in the last host's namespace, and ends
+        for h in hosts:
+            try:
+                setns(f"/proc/{h.pid}/ns/net")
+                netdev.offloads_off([h.defaultIntf().name], tx_checksum=tx_off)
+                in_namespace[h.name] = ("ok", apply_sysctls(profiles[h.name]))
+            except (OSError, RuntimeError) as e:
+                in_namespace[h.name] = (str(e), [])
+    entering = threading.Thread(target=enter_each, name="incast-hostconfig")
+    entering.start()
     shells = max(1, min(len(hosts), os.cpu_count() or 1))
     scripts = []
     for share in (hosts[i::shells] for i in range(shells)):
         lines = []
         for h in share:
+            tc_lines, ip_lines = host_batches(h, scenario, profiles[h.name], features, neighbours[h.name])
+            ns = shlex.quote(netns[h.name])
             end = f"INCAST_HOST_{h.name}_END"
             lines += [f"echo '{_SECTION} {h.name}'",
-                      f"nsenter --net=/proc/{h.pid}/ns/net -- sh -s 2>&1 <<'{end}'",
-                      host_script(h, scenario, profiles[h.name], features, neighbours[h.name]),
-                      end, f"echo \"{_SECTION}-exit $?\""]
+                      f"tc -n {ns} -batch - 2>&1 <<'{end}TC' && ip -n {ns} -batch - 2>&1 <<'{end}' && "
+                      "echo CONFIGURED",
+                      *tc_lines, f"{end}TC", *ip_lines, end, f"echo \"{_SECTION}-exit $?\""]
         scripts.append("\n".join(lines) + "\n")
 
     def run_shell(script: str) -> str:
@@ -359,6 +370,7 @@ def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
                               stderr=subprocess.STDOUT, text=True).stdout
     with ThreadPoolExecutor(len(scripts)) as pool:
         texts = list(pool.map(run_shell, scripts))
+    entering.join()
     outputs: dict[str, tuple[str, str]] = {}
     for text in texts:
         for section in text.split(f"{_SECTION} ")[1:]:
@@ -368,12 +380,16 @@ def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
     failed, applied = [], {}
     for h in hosts:
         out, status = outputs.get(h.name, ("", "missing"))
+        error, sysctl_lines = in_namespace.get(h.name, ("not configured", []))
+        if error != "ok":
+            failed.append(f"configuring host {h.name} failed: {error}")
+            continue
         if status != "0" or "CONFIGURED" not in out:
             lines = out.strip().splitlines()
             failed.append(f"configuring host {h.name} failed: {lines[-1] if lines else 'no output'}")
             continue
         applied[h.name] = {"profile": scenario.tcp.profile_of(h.name) or "tcp",
-                           **read_back(out, profiles[h.name])}
+                           **read_back("\n".join(sysctl_lines) + "\n" + out, profiles[h.name])}
     if failed:
         raise RuntimeError(failed[0])
     return applied

@@ -12,7 +12,7 @@ Mininet (``Topo.addHost/addLink``, ``Mininet.build``), but:
   the ends in the run's own namespace (the switch ports);
 * ``DeferredIntf`` and ``BatchedHost`` record addresses instead of running ``ifconfig``;
   each host's address, its loopback and its interface come up in the one ``ip -batch``
-  its configuration script runs anyway (``hostconfig.host_script``).
+  its configuration runs anyway (``hostconfig.host_batches``).
 
 Nothing reads an interface between the two: Mininet knows each one's name, MAC (it
 draws one per end) and IP from its own bookkeeping.

@@ -431,8 +431,8 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     net.start()
     client = net.get(topo.client)
     servers = [net.get(s) for s in topo.servers]
-    res.name_host_netns({h.name: h.pid for h in net.hosts})
-    applied = hostconfig.configure_hosts(net.hosts, servers, scenario, features)
+    netns = res.name_host_netns({h.name: h.pid for h in net.hosts})
+    applied = hostconfig.configure_hosts(net.hosts, servers, scenario, features, netns)
     results.write_json("tcp_hosts.json", applied)
     dp.configure(net, topo)
     for name, text in dp.artifacts().items():
