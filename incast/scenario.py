@@ -83,6 +83,8 @@ class Topology(_Model):
     others: int = Field(0, ge=0, le=64, description="extra hosts per switch (near1.., far1..) for background traffic")
     trunk_rate: Rate | None = Field(
         None, description="rate of links between switches (default link.rate)")
+    trunk_buffer: Size | None = Field(
+        None, description="bytes per trunk port (default switch.buffer): deep, a trunk is no second bottleneck")
     spines: int | None = Field(None, ge=1, le=4, description="leaf_spine: spine switches (default 2)")
     edges: int | None = Field(None, ge=1, le=64,
                               description="fan_in: edge switches the servers spread over (default one per 1000)")
@@ -91,8 +93,9 @@ class Topology(_Model):
     def _fits_the_kind(self):
         if self.kind not in TWO_SIDED and self.far is not None:
             raise ValueError(f"topology.far is for kinds {' and '.join(TWO_SIDED)}, not {self.kind}")
-        if self.kind not in TRUNKED and self.trunk_rate is not None:
-            raise ValueError(f"topology.trunk_rate is for kinds {', '.join(TRUNKED)}, not {self.kind}")
+        for name in ("trunk_rate", "trunk_buffer"):
+            if self.kind not in TRUNKED and getattr(self, name) is not None:
+                raise ValueError(f"topology.{name} is for kinds {', '.join(TRUNKED)}, not {self.kind}")
         if self.kind != "leaf_spine" and self.spines is not None:
             raise ValueError(f"topology.spines is for kind leaf_spine, not {self.kind}")
         if self.kind != "fan_in" and self.edges is not None:
@@ -635,6 +638,10 @@ class Scenario(_Model):
                              "plane sends PAUSE but obeys none at its ports, so a switch would never hold the "
                              f"trunk (use dataplane {' or '.join(n for n in can if REGISTRY[n].pause_rx)}, "
                              "or topology star)")
+        if self.topology.trunk_buffer is not None and (self.dataplane != "linux" or pause.enabled):
+            # bmv2's limits and the PAUSE thresholds are the switch's per port; a trunk of
+            # its own size is the kernel bridge's alone, without flow control.
+            raise ValueError("topology.trunk_buffer: for dataplane linux without switch.pause")
         if pause.storm and pause.storm.host not in self.topology.hosts():
             raise ValueError(f"switch.pause.storm.host: no host {pause.storm.host!r} in this topology")
         if pause.enabled and self.switch.ecn is not None:

@@ -66,16 +66,20 @@ def htb_burst(mtu: int, exact_timers: bool = False) -> int:
     return (EXACT_BURST_FRAMES if exact_timers else BURST_FRAMES) * (mtu + ETH_HLEN)
 
 
-def port_tc_commands(dev: str, scenario, rate: int | None = None, exact_timers: bool = False) -> list[str]:
+def port_tc_commands(dev: str, scenario, rate: int | None = None, exact_timers: bool = False,
+                     buffer: int | None = None) -> list[str]:
     """tc batch lines giving one switch port its shaped, partitioned egress buffer
-    (at `rate`, default the link's)."""
+    (at `rate`, default the link's; of `buffer` bytes, default the switch's)."""
     rate = rate or scenario.link.rate
     mtu = scenario.link.mtu
     qos = scenario.switch.qos
     frame = mtu + ETH_HLEN
     burst = htb_burst(mtu, exact_timers)
-    limits = scenario.switch.class_limits(mtu)
-    leaf_kind = "bfifo" if scenario.switch.buffer is not None else "pfifo"
+    switch = scenario.switch
+    if buffer is not None:
+        switch = switch.model_copy(update={"buffer": buffer, "buffer_packets": None})
+    limits = switch.class_limits(mtu)
+    leaf_kind = "bfifo" if switch.buffer is not None else "pfifo"
     ecn = scenario.switch.ecn
     leaf_rate = max(8000, int(rate * LEAF_RATE_SHARE))
     lines = [
@@ -197,7 +201,8 @@ class LinuxDataPlane(DataPlane):
         lines = []
         for p in self.ports:
             lines += port_tc_commands(p.name, self.scenario, port_rate(p, self.scenario),
-                                      exact_timers=self.features.clock.exact_timers)
+                                      exact_timers=self.features.clock.exact_timers,
+                                      buffer=self.scenario.topology.trunk_buffer if p.trunk else None)
         self.tc_script = "\n".join(lines) + "\n"
         netdev.batch("tc", lines)
 
