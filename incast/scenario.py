@@ -252,6 +252,11 @@ class Storm(_Model):
     duration: TimeUs = Field(parse_time_us("100ms"), gt=0, description="how long it lasts")
 
 
+# Frames a sender can still put on its link after its port passed XOFF, before the
+# PAUSE stops it: the frame on its wire and the one its NIC has already committed.
+PAUSE_FRAMES_IN_FLIGHT = 2
+
+
 class Pause(_Model):
     """802.3x Ethernet flow control by the switch (or 802.1Qbb PFC: pfc = true).
 
@@ -290,7 +295,7 @@ class Switch(_Model):
         class under PFC), for this many paused senders."""
         if total is None:
             total = self.buffer if self.buffer is not None else self.buffer_packets * (mtu + ETH_HLEN)
-        headroom = 2 * (mtu + ETH_HLEN) * senders
+        headroom = PAUSE_FRAMES_IN_FLIGHT * (mtu + ETH_HLEN) * senders
         default_xoff = min(total // 2, max(total // 8, total - headroom))
         xoff = self.pause.xoff if self.pause.xoff is not None else default_xoff
         xon = min(xoff, self.pause.xon) if self.pause.xon is not None else xoff // 4
@@ -676,21 +681,38 @@ class Scenario(_Model):
     def fragments(self) -> list[int]:
         return self.workload.fragments(self.topology.senders)
 
+    def pause_headroom_bytes(self) -> int | None:
+        """With PAUSE (or PFC) on: the buffer above XOFF, the smallest over the queues
+        PAUSE watches (each class queue under PFC, the port under 802.3x). None without
+        PAUSE or with a buffer counted in packets."""
+        sw = self.switch
+        if not sw.pause.enabled or sw.buffer is None:
+            return None
+        mtu, senders = self.link.mtu, self.topology.senders
+        if sw.pause.pfc:
+            return min(lim - xoff for lim, (xoff, _) in
+                       zip(sw.class_limits(mtu), sw.class_pause_thresholds(mtu, senders)))
+        return sw.buffer - sw.port_pause_thresholds(mtu, senders)[0]
+
+    def pause_headroom_needed(self, reaction_us: float) -> int:
+        """Bytes that can still reach a port after it passes XOFF (as 802.3x and PFC
+        headroom calculators count them): from every sender, the frame its NIC has
+        committed, and the frame on its wire or, if more, what it sends at the link rate
+        while the PAUSE reaches it and it reacts (reaction_us, measured by the run)."""
+        frame = self.link.mtu + ETH_HLEN
+        during = max(frame, int(reaction_us * self.link.rate / 8e6 + 0.999))
+        per_sender = (PAUSE_FRAMES_IN_FLIGHT - 1) * frame + during
+        return self.topology.senders * per_sender
+
     def pause_headroom_us(self) -> float | None:
         """With PAUSE (or PFC) on: how long the buffer above XOFF takes every server's
         frames at the link rate, the smallest over the queues PAUSE watches. A switch
         that learns of its queue later than that drops what PAUSE would have held back.
         None without PAUSE or with a buffer counted in packets."""
-        sw = self.switch
-        if not sw.pause.enabled or sw.buffer is None or not self.link.rate:
+        room = self.pause_headroom_bytes()
+        if room is None or not self.link.rate:
             return None
-        mtu, senders = self.link.mtu, self.topology.senders
-        if sw.pause.pfc:      # each class queue against its own XOFF
-            room = [lim - xoff for lim, (xoff, _) in
-                    zip(sw.class_limits(mtu), sw.class_pause_thresholds(mtu, senders))]
-        else:                 # 802.3x: the port's buffer against the port's XOFF
-            room = [sw.buffer - sw.port_pause_thresholds(mtu, senders)[0]]
-        return min(room) * 8 / (senders * self.link.rate) * 1e6
+        return room * 8 / (self.topology.senders * self.link.rate) * 1e6
 
     def block_bytes(self) -> int:
         return sum(self.fragments())

@@ -206,6 +206,7 @@ def test_bmv2_pause_in_virtual_time_is_lossless(tmp_path, rate, payload_mbps):
     assert paused["bottleneck_drops"] == 0 and paused["drops"] == 0 and paused["timeouts"] == 0, numbers
     assert paused["goodput_mbps"] > 0.85 * payload_mbps, numbers
     assert paused["pause_frames_received"] > 0 and paused["switch_ingress_late_packets"] == 0, paused
+    assert paused["pause_headroom_needed_bytes"] <= paused["pause_headroom_bytes"], paused
 
 
 def test_bmv2_reruns_in_virtual_time_spread_little(tmp_path):

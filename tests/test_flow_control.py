@@ -122,3 +122,20 @@ def test_the_watchdog_catches_the_storm_and_the_network_recovers(storm, no_lefto
     blocks = s["blocks"]["duration_ms"]
     assert blocks.max() < 15 and blocks.max() < 0.3 * storm["none"]["blocks"]["duration_ms"].max()
     assert s["goodput_mbps"] > storm["none"]["goodput_mbps"]
+
+
+@pytest.mark.parametrize("senders, reaction_us, holds", [
+    (8, 1.0, True),       # two frames each: the default XOFF leaves exactly that (24224 B)
+    (16, 1.0, False),     # 48448 B to hold, but XOFF cannot go below an eighth of 32 KiB
+    (8, 3300.0, False),   # a 3.3 ms reaction (real time, a busy machine) sends 412 KB each
+])
+def test_pause_headroom_follows_senders_rate_and_reaction(senders, reaction_us, holds):
+    """The buffer above XOFF against what can still arrive once a port passes it; a run
+    whose measured reaction needs more than the buffer holds warns (experiment._summary)."""
+    from incast.scenario import build
+    s = build({"switch": {"pause": {"enabled": True}}, "topology": {"senders": senders},
+               "link": {"rate": "1Gbit"}})
+    room, needed = s.pause_headroom_bytes(), s.pause_headroom_needed(reaction_us)
+    assert room == 32 * 1024 - s.switch.port_pause_thresholds(1500, senders)[0]
+    assert (needed <= room) is holds, (room, needed)
+    assert needed >= senders * 2 * 1514

@@ -41,7 +41,7 @@ from incast.workload.background import BackgroundTraffic
 from incast.measure.capture import ServerCapture
 from incast.machine.probe import Features, probe, require
 from incast.measure.results import ResultsDir, measured_seconds, one_line, summarize
-from incast.scenario import Scenario, to_toml
+from incast.scenario import PAUSE_FRAMES_IN_FLIGHT, Scenario, to_toml
 from incast.workload import Block, Hooks
 from incast.constants import HOSTS_DIR
 from incast.errors import RunFailed
@@ -640,6 +640,13 @@ def _summary(scenario, dp, lab: _Lab, m: _Measured, tcp, auto_rate, results, cal
         summary["telemetry_notes"] = m.telemetry_notes
     if m.pause is not None:
         summary.update(_pause_summary(scenario, dict(m.pause)))
+        room, needed = summary["pause_headroom_bytes"], summary["pause_headroom_needed_bytes"]
+        if room is not None and needed > room:
+            log(f"warning: PAUSE cannot keep this buffer lossless: {room} B above XOFF, but "
+                f"{needed} B can still arrive after it ({scenario.topology.senders} senders, "
+                f"{PAUSE_FRAMES_IN_FLIGHT} frames each on their way and the slowest reaction measured, "
+                f"{summary['pause_reaction_us_p99']} us p99); give switch.buffer more room or "
+                "switch.pause.xoff less")
     summary.update(m.health)
     for warning in m.health_warnings:
         log(warning)
@@ -654,7 +661,12 @@ def _summary(scenario, dp, lab: _Lab, m: _Measured, tcp, auto_rate, results, cal
 
 def _pause_summary(scenario, pause: dict) -> dict:
     reactions = pause.pop("reaction_us")
+    worst = float(max(reactions)) if reactions else 0.0
     return {"pause_frames": pause["pause_frames_sent"] + pause["xon_frames_sent"],
+            # The buffer above XOFF against what can still arrive once a port passes it,
+            # with the slowest reaction this run measured (a warning where it cannot hold it).
+            "pause_headroom_bytes": scenario.pause_headroom_bytes(),
+            "pause_headroom_needed_bytes": scenario.pause_headroom_needed(worst),
             "paused_ms": round(pause["paused_ms"], 3),
             "pause_reaction_us_p50": float(np.median(reactions)) if reactions else None,
             "pause_reaction_us_p99": float(np.percentile(reactions, 99)) if reactions else None,
