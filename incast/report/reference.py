@@ -48,7 +48,7 @@ NOTES = {
              "User-Mode Linux with time-travel, where links hold their rate on any machine (needs "
              "`kernel` stock or hrtimer): see [Virtual time](virtual-time.md)",
     "topology.kind": "a file in `topologies/`",
-    "topology.senders": "a star's switch, a Linux bridge, takes 1023 ports; bmv2 500",
+    "topology.senders": "a star's switch, a Linux bridge, takes 1023 ports; bmv2 500 (more: topology fan_in)",
     "topology.others": "`near1..` on s1, `far1..` on s2",
     "topology.trunk_rate": "two_switch, leaf_spine; a slow link among fast ones",
     "background": "bulk TCP flows running during the measured blocks, measured apart "
