@@ -336,14 +336,14 @@ def configure_hosts(hosts, servers, scenario, features, netns: dict[str, str]) -
     neighbours = static_neighbours(hosts, servers)
     profiles = {h.name: TcpProfile.of(scenario, features, h.name) for h in hosts}
     tx_off = dataplanes.REGISTRY[scenario.dataplane].host_tx_checksum
-    in_namespace: dict[str, tuple[str, list[str]]] = {}
+    in_namespace: dict[str, tuple[str | None, list[str]]] = {}     # host -> (error, sysctl lines)
 
     def enter_each():       # this thread ends in the last host's namespace, and ends
         for h in hosts:
             try:
                 setns(f"/proc/{h.pid}/ns/net")
                 netdev.offloads_off([h.defaultIntf().name], tx_checksum=tx_off)
-                in_namespace[h.name] = ("ok", apply_sysctls(profiles[h.name]))
+                in_namespace[h.name] = (None, apply_sysctls(profiles[h.name]))
             except (OSError, RuntimeError) as e:
                 in_namespace[h.name] = (str(e), [])
     entering = threading.Thread(target=enter_each, name="incast-hostconfig")
@@ -381,7 +381,7 @@ def configure_hosts(hosts, servers, scenario, features, netns: dict[str, str]) -
     for h in hosts:
         out, status = outputs.get(h.name, ("", "missing"))
         error, sysctl_lines = in_namespace.get(h.name, ("not configured", []))
-        if error != "ok":
+        if error is not None:
             failed.append(f"configuring host {h.name} failed: {error}")
             continue
         if status != "0" or "CONFIGURED" not in out:

@@ -41,7 +41,7 @@ from incast.workload.background import BackgroundTraffic
 from incast.measure.capture import ServerCapture
 from incast.machine.probe import Features, probe, require
 from incast.measure.results import ResultsDir, measured_seconds, one_line, summarize
-from incast.scenario import PAUSE_FRAMES_IN_FLIGHT, Scenario, to_toml
+from incast.scenario import Scenario, to_toml
 from incast.workload import Block, Hooks
 from incast.constants import HOSTS_DIR
 from incast.errors import RunFailed
@@ -643,10 +643,9 @@ def _summary(scenario, dp, lab: _Lab, m: _Measured, tcp, auto_rate, results, cal
         room, needed = summary["pause_headroom_bytes"], summary["pause_headroom_needed_bytes"]
         if room is not None and needed > room:
             log(f"warning: PAUSE cannot keep this buffer lossless: {room} B above XOFF, but "
-                f"{needed} B can still arrive after it ({scenario.topology.senders} senders, "
-                f"{PAUSE_FRAMES_IN_FLIGHT} frames each on their way and the slowest reaction measured, "
-                f"{summary['pause_reaction_us_p99']} us p99); give switch.buffer more room or "
-                "switch.pause.xoff less")
+                f"{needed} B can still arrive after it ({scenario.topology.senders} senders, each "
+                "with the frames on their way and what it sends during the slowest reaction this run "
+                "measured); give switch.buffer more room or switch.pause.xoff less")
     summary.update(m.health)
     for warning in m.health_warnings:
         log(warning)
