@@ -21,6 +21,7 @@ import json
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -154,7 +155,7 @@ FIG1_POINT = ["scenarios/sigcomm09-fig1.toml", "--clock", "virtual", "--kernel",
               "--blocks", "20", "--rto-min", "200us", "--delayed-ack", "off", "--initcwnd", "3"]
 
 
-def virtual_phases(tmp, senders_list, server_process="shared"):
+def virtual_phases(tmp, senders_list, server_process="shared", record=None):
     print(f"== 7. virtual time: host seconds per phase (Figure 1's setting, 200 us RTOmin, 20 blocks, "
           f"server_process {server_process})")
     import pandas as pd
@@ -173,6 +174,28 @@ def virtual_phases(tmp, senders_list, server_process="shared"):
         rows.append(row)
     if rows:
         print(pd.DataFrame(rows).set_index("senders").to_string())
+    if rows and record:
+        record_phases(rows, record)
+
+
+def record_phases(rows, path):
+    """Keep the table as the documentation draws it (docs/results/, incast.report.doc_tables):
+    one row per sender count, with this command and the commit the code was at."""
+    import pandas as pd
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    if dirty:
+        print(f"  not recorded in {path}: the checkout has uncommitted changes, so no commit names the code")
+        return
+    command = "scripts/benchmark.py " + " ".join(a for a in sys.argv[1:] if not a.startswith("--record"))
+    table = pd.DataFrame([{"senders": r["senders"], "host_s": r["host_s"], "build_s": r["build"],
+                           "measured_s": r["measured"], "host_s_per_virtual_s": r["host_s_per_virtual_s"],
+                           "host_us_per_packet": r["host_us_per_packet"]} for r in rows])
+    table["command"], table["commit"] = command, commit
+    table.to_csv(path, index=False, float_format="%.1f")
+    print(f"  recorded in {path}; python -m incast.report.doc_tables redraws the pages")
 
 
 def figure1(tmp, jobs):
@@ -190,6 +213,8 @@ def main():
     ap.add_argument("--senders-list", default="1,47,128",
                     help="7: virtual-time runs at these sender counts (e.g. 1,47,128,512,1020)")
     ap.add_argument("--jobs", type=int, default=2, help="8: points at once")
+    ap.add_argument("--record", metavar="CSV",
+                    help="7: keep the table for the documentation (e.g. docs/results/virtual-time-phases.csv)")
     ap.add_argument("--server-process", default="shared", choices=["shared", "per-server"],
                     help="7: one server process for all servers (as the virtual-time figures run), or one each")
     args = ap.parse_args()
@@ -198,7 +223,7 @@ def main():
         steps = {"one": one_sender, "scale": build_scale, "telemetry": telemetry_cost, "sweep": readme_sweep,
                  "bmv2": bmv2_pps, "calibrate": calibration,
                  "phases": lambda tmp: virtual_phases(tmp, [int(n) for n in args.senders_list.split(",")],
-                                                      args.server_process),
+                                                      args.server_process, args.record),
                  "figure1": lambda tmp: figure1(tmp, args.jobs)}
         for name, step in steps.items():
             if args.only and name != args.only:

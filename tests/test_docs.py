@@ -17,8 +17,8 @@ import pytest
 from pydantic import BaseModel
 
 from incast import scenario as scn
-from incast.constants import FIGURES_DIR, LABS_DIR
-from incast.report import reference
+from incast.constants import DOC_RESULTS_DIR, FIGURES_DIR, LABS_DIR
+from incast.report import doc_tables, reference
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -126,3 +126,42 @@ def test_the_site_fetches_nothing(site):
         outside = re.findall(r'<(?:link|script|img)\b[^>]*(?:href|src)="(https?:)?//[^"]*"', text)
         assert not outside, f"{page.relative_to(site)} loads from the network"
         assert "fonts.googleapis" not in text and "fonts.gstatic" not in text
+
+
+# --- numbers that cannot drift --------------------------------------------------------
+
+@pytest.mark.parametrize("page", doc_tables.PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_table_of_numbers_is_drawn_from_its_results(page):
+    assert not doc_tables.typed_tables(page), (
+        f"{page.relative_to(REPO)}: a table of numbers typed by hand; keep its runs in docs/results/ "
+        "and draw it (incast/report/doc_tables.py)")
+    assert doc_tables.refresh(page) == page.read_text(), (
+        f"{page.relative_to(REPO)} and docs/results/ disagree: python -m incast.report.doc_tables redraws it")
+
+
+def test_every_result_row_names_its_command_and_commit():
+    files = sorted(DOC_RESULTS_DIR.glob("*.csv"))
+    assert files
+    used = "".join(p.read_text() for p in doc_tables.PAGES)
+    for f in files:
+        assert f"<!-- results: {f.name}" in used, f"docs/results/{f.name} is drawn in no page"
+        for row in doc_tables.rows(f.name):
+            assert re.fullmatch(r"[0-9a-f]{7,40}", str(row["commit"])), f"{f.name}: {row['commit']!r}"
+            assert str(row["command"]).startswith(("incast ", "scripts/")), f"{f.name}: {row['command']!r}"
+
+
+def test_a_number_changed_in_its_file_is_caught(tmp_path, monkeypatch):
+    """The check fails when a page and its result file part: here the file changes."""
+    page = REPO / "docs" / "ecn.md"
+    assert doc_tables.refresh(page) == page.read_text()
+    for f in DOC_RESULTS_DIR.glob("*.csv"):
+        (tmp_path / f.name).write_text(f.read_text().replace("14256", "14257"))
+    monkeypatch.setattr(doc_tables, "RESULTS_DIR", tmp_path)
+    redrawn = doc_tables.refresh(page)
+    assert redrawn != page.read_text() and "| 14257 |" in redrawn
+
+
+def test_a_table_typed_by_hand_is_caught(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("Text.\n\n| servers | goodput |\n|---|---|\n| 16 | 117.0 |\n\nMore text.\n")
+    assert doc_tables.typed_tables(page) == ["| servers | goodput |"]

@@ -1,0 +1,148 @@
+"""Tables of measured numbers in README.md and docs/, made from result files.
+
+A number in the documentation is only as good as the run behind it, and a number typed
+into a page drifts from its run the day either changes. So every table of measured
+numbers is written from a CSV in ``docs/results/`` (one row per run: the numbers, the
+command that made them and the commit the code was at) and kept in the page between
+two comments that hold how it is drawn::
+
+    <!-- results: era-table3.csv
+    | run | goodput, Mbit/s | RTOs |
+    | `{label}` | {goodput_mbps:.1f} | {rtos} |
+    -->
+    | run | goodput, Mbit/s | RTOs |
+    |---|---|---|
+    | `fast-modern` | 213.9 | 24 |
+    <!-- end results -->
+
+The comment's first line names the file (and, with ``where COLUMN=VALUE``, the rows
+it takes); the next are the table's header and a row
+template (Python format fields naming the CSV's columns), or, after ``code``, one line
+per row in a ``sh`` block (the rows' commands). Below every table a line links the file,
+so each number's command is one line away. ``python -m incast.report.doc_tables``
+rewrites the pages from the files (``--check`` only compares); tests/test_docs.py fails
+when a page and its files disagree, or when a table of numbers is typed by hand.
+
+A row's ``commit`` is the commit its run's code was at; rows recorded before these
+files existed carry the commit that first reported them.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import sys
+from pathlib import Path
+
+from incast.constants import DOC_RESULTS_DIR as RESULTS_DIR, DOCS_DIR, REPO
+from incast.errors import BadInput
+
+PAGES = [REPO / "README.md", *sorted(DOCS_DIR.rglob("*.md"))]
+
+BLOCK = re.compile(r"<!-- results: (?P<file>[\w.+-]+\.csv)(?: where (?P<col>\w+)=(?P<val>\S+))?(?P<code> code)?\n"
+                   r"(?P<spec>.*?)\n-->\n"
+                   r"(?P<body>.*?)<!-- end results -->", re.S)
+
+
+def _value(text: str):
+    """A CSV cell as the number it is, or its text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def rows(name: str, where: tuple[str, str] | None = None) -> list[dict]:
+    """The file's rows (those whose column `where[0]` reads `where[1]`)."""
+    path = RESULTS_DIR / name
+    if not path.is_file():
+        raise BadInput(f"docs/results/{name}: no such result file")
+    with open(path, newline="") as f:
+        out = [{k: _value(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    for i, r in enumerate(out, 2):
+        if not r.get("command") or not r.get("commit"):
+            raise BadInput(f"docs/results/{name}:{i}: every row names its command and commit")
+    if where is not None:
+        out = [r for r in out if str(r.get(where[0])) == where[1]]
+        if not out:
+            raise BadInput(f"docs/results/{name}: no row where {where[0]} = {where[1]}")
+    return out
+
+
+def render(name: str, spec: str, code: bool, link_prefix: str, where: tuple[str, str] | None = None) -> str:
+    """The text between a block's comments: the table (or code block) and the link."""
+    lines = spec.splitlines()
+    try:
+        if code:
+            body = ["```sh", *(ln.format(**r) for r in rows(name, where) for ln in lines), "```"]
+        else:
+            header, template = lines
+            cols = header.count("|") - 1
+            body = [header, "|" + "---|" * cols, *(template.format(**r) for r in rows(name, where))]
+    except (KeyError, ValueError) as e:
+        raise BadInput(f"docs/results/{name}: the template does not fit the file: {e!r}") from None
+    link = f"{link_prefix}results/{name}"
+    what = "commands" if code else "command and commit of each row"
+    return "\n".join(body) + f"\n\n*The {what}: [docs/results/{name}]({link}).*\n"
+
+
+def _link_prefix(page: Path) -> str:
+    """How a page reaches docs/results/."""
+    rel = page.parent.relative_to(REPO)
+    if rel == Path("."):
+        return "docs/"
+    depth = len(rel.parts) - 1          # docs/ itself is depth 0
+    return "../" * depth
+
+
+def refresh(page: Path) -> str:
+    """The page with every results block drawn anew from its file."""
+    text = page.read_text()
+
+    def draw(m: re.Match) -> str:
+        where = (m["col"], m["val"]) if m["col"] else None
+        body = render(m["file"], m["spec"], bool(m["code"]), _link_prefix(page), where)
+        return m.group(0)[:m.start("body") - m.start()] + body + "<!-- end results -->"
+    return BLOCK.sub(draw, text)
+
+
+def typed_tables(page: Path) -> list[str]:
+    """Tables of numbers outside a results block: the header line of each. A table is one
+    of numbers when, in some column, every body cell starts with a digit (a column of
+    release numbers mixed with words, as in a table of kernel knobs, is not)."""
+    text = BLOCK.sub("", page.read_text())
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    found, table = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        body = [[c.strip() for c in row.strip().strip("|").split("|")] for row in table[2:]]
+        if body and any(all(i < len(r) and re.match(r"\d", r[i]) for r in body) for i in range(len(body[0]))):
+            found.append(table[0])
+        table = []
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m incast.report.doc_tables",
+                                description="Draw the documentation's tables of numbers from docs/results/.")
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 where a page differs")
+    args = p.parse_args(argv)
+    stale = []
+    for page in PAGES:
+        new = refresh(page)
+        if new != page.read_text():
+            stale.append(str(page.relative_to(REPO)))
+            if not args.check:
+                page.write_text(new)
+    verb = "differ from their results" if args.check else "redrawn"
+    for s in stale:
+        print(f"{s}: {verb}")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
