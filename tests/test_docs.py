@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from incast import scenario as scn
 from incast.constants import DOC_RESULTS_DIR, FIGURES_DIR, LABS_DIR
+from incast.errors import BadInput
 from incast.report import doc_tables, reference
 
 REPO = Path(__file__).resolve().parent.parent
@@ -165,3 +166,20 @@ def test_a_table_typed_by_hand_is_caught(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("Text.\n\n| servers | goodput |\n|---|---|\n| 16 | 117.0 |\n\nMore text.\n")
     assert doc_tables.typed_tables(page) == ["| servers | goodput |"]
+
+
+def test_a_result_file_is_recorded_from_a_sweep(tmp_path, monkeypatch):
+    import pandas as pd
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    pd.DataFrame([{"senders": 47, "goodput_mbps": 786.5, "run_dir": "/x/runs/n47-r1"},
+                  {"senders": 47, "goodput_mbps": 801.0, "run_dir": "/x/runs/n47-r2"}]).to_parquet(sweep / "sweep.parquet")
+    monkeypatch.setattr(doc_tables, "_commit", lambda: "abc1234")
+    out = tmp_path / "t.csv"
+    assert doc_tables.record(out, [sweep], ["senders", "goodput_mbps"], "incast sweep X  # {label}") == 2
+    monkeypatch.setattr(doc_tables, "RESULTS_DIR", tmp_path)
+    assert doc_tables.rows("t.csv") == [
+        {"label": "n47-r1", "senders": 47, "goodput_mbps": 786.5, "command": "incast sweep X  # n47-r1", "commit": "abc1234"},
+        {"label": "n47-r2", "senders": 47, "goodput_mbps": 801.0, "command": "incast sweep X  # n47-r2", "commit": "abc1234"}]
+    with pytest.raises(BadInput, match="no field"):
+        doc_tables.record(out, [sweep], ["drops"], "incast sweep X")

@@ -20,7 +20,8 @@ it takes); the next are the table's header and a row
 template (Python format fields naming the CSV's columns), or, after ``code``, one line
 per row in a ``sh`` block (the rows' commands). Below every table a line links the file,
 so each number's command is one line away. ``python -m incast.report.doc_tables``
-rewrites the pages from the files (``--check`` only compares); tests/test_docs.py fails
+rewrites the pages from the files (``--check`` only compares), and ``... record OUT.csv
+DIR... --field F --command C`` writes a file from run or sweep directories; tests/test_docs.py fails
 when a page and its files disagree, or when a table of numbers is typed by hand.
 
 A row's ``commit`` is the commit its run's code was at; rows recorded before these
@@ -126,11 +127,62 @@ def typed_tables(page: Path) -> list[str]:
     return found
 
 
+def _commit() -> str:
+    """HEAD's short hash; refused while tracked files differ from it (no commit names
+    the code that ran)."""
+    import subprocess
+    git = ["git", "-C", str(REPO)]
+    if subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                      text=True).stdout.strip():
+        raise BadInput("the checkout has uncommitted changes: commit, then record (a row names its commit)")
+    return subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def record(out: Path, dirs: list[Path], fields: list[str], command: str) -> int:
+    """Rows for docs/results/ from run or sweep directories: `fields` of each run's
+    summary (a sweep: each row of its sweep.parquet), its name as `label`, and the
+    command (``{label}`` stands for the run's name) and commit. Returns the rows written."""
+    import pandas as pd
+    from incast.measure.results import complete_run, flat_summary
+    import json
+    commit = _commit()
+    rows = []
+    for d in dirs:
+        if (d / "sweep.parquet").is_file():
+            table = pd.read_parquet(d / "sweep.parquet")
+            found = [{**r, "label": Path(str(r.get("run_dir", d))).name} for r in table.to_dict("records")]
+        else:
+            run = complete_run(d)
+            found = [{**flat_summary(json.loads((run / "summary.json").read_text())), "label": run.name}]
+        for r in found:
+            missing = [f for f in fields if f not in r]
+            if missing:
+                raise BadInput(f"{d}: no field {', '.join(missing)} in its results")
+            rows.append({"label": r["label"], **{f: r[f] for f in fields},
+                         "command": command.format(label=r["label"]), "commit": commit})
+    pd.DataFrame(rows).to_csv(out, index=False)
+    return len(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m incast.report.doc_tables",
                                 description="Draw the documentation's tables of numbers from docs/results/.")
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 where a page differs")
+    sub = p.add_subparsers(dest="verb")
+    r = sub.add_parser("record", help="write a result file from run or sweep directories")
+    r.add_argument("out", type=Path, help="e.g. docs/results/NAME.csv")
+    r.add_argument("dirs", type=Path, nargs="+", help="run or sweep directories")
+    r.add_argument("--field", action="append", required=True, help="a summary field (repeatable)")
+    r.add_argument("--command", required=True, help="what made the runs; {label} is a run's name")
     args = p.parse_args(argv)
+    if args.verb == "record":
+        try:
+            n = record(args.out, args.dirs, args.field, args.command)
+        except BadInput as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"{args.out}: {n} rows")
+        return 0
     stale = []
     for page in PAGES:
         new = refresh(page)
