@@ -128,20 +128,26 @@ def typed_tables(page: Path) -> list[str]:
 
 
 def _commit() -> str:
-    """HEAD's short hash; refused while tracked files differ from it (no commit names
-    the code that ran)."""
+    """HEAD's short hash; refused while a file a run executes differs from it (then no
+    commit names the code that ran). Other changes (documentation, tests) do not matter."""
     import subprocess
+    from incast.run.points import CODE_GLOBS, NOT_RUN
     git = ["git", "-C", str(REPO)]
-    if subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                      text=True).stdout.strip():
-        raise BadInput("the checkout has uncommitted changes: commit, then record (a row names its commit)")
+    changed = subprocess.run([*git, "diff", "--name-only", "HEAD"], capture_output=True,
+                             text=True).stdout.split()
+    run_files = {str(f.relative_to(REPO)) for g in CODE_GLOBS for f in REPO.glob(g)}
+    code = [f for f in changed if f in run_files and not f.startswith(NOT_RUN)]
+    if code:
+        raise BadInput(f"{', '.join(code)}: changed since the last commit; commit, then record "
+                       "(a row names the commit its code was at)")
     return subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
 def record(out: Path, dirs: list[Path], fields: list[str], command: str) -> int:
     """Rows for docs/results/ from run or sweep directories: `fields` of each run's
     summary (a sweep: each row of its sweep.parquet), its name as `label`, and the
-    command (``{label}`` stands for the run's name) and commit. Returns the rows written."""
+    command (``{label}`` stands for the run's name) and HEAD's commit: record right after
+    the runs, at the commit they ran at. Returns the rows written."""
     import pandas as pd
     from incast.measure.results import complete_run, flat_summary
     import json
