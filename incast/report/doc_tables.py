@@ -145,7 +145,8 @@ def _commit() -> str:
 
 def record(out: Path, dirs: list[Path], fields: list[str], command: str) -> int:
     """Rows for docs/results/ from run or sweep directories: `fields` of each run's
-    summary (a sweep: each row of its sweep.parquet), its name as `label`, and the
+    summary (a sweep: each row of its sweep.parquet; a run made with --capture: also
+    ``explain_*``, the fields of ``incast explain --json``), its name as `label`, and the
     command (``{label}`` stands for the run's name) and HEAD's commit: record right after
     the runs, at the commit they ran at. Returns the rows written."""
     import pandas as pd
@@ -160,6 +161,9 @@ def record(out: Path, dirs: list[Path], fields: list[str], command: str) -> int:
         else:
             run = complete_run(d)
             found = [{**flat_summary(json.loads((run / "summary.json").read_text())), "label": run.name}]
+            if any(f.startswith("explain_") for f in fields):     # FAST'08 Table 3's classes
+                from incast.report.explain import explain
+                found[0].update({f"explain_{k}": v for k, v in explain(run).table3().items()})
         for r in found:
             missing = [f for f in fields if f not in r]
             if missing:
