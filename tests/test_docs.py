@@ -183,3 +183,15 @@ def test_a_result_file_is_recorded_from_a_sweep(tmp_path, monkeypatch):
         {"label": "n47-r2", "senders": 47, "goodput_mbps": 801.0, "command": "incast sweep X  # n47-r2", "commit": "abc1234"}]
     with pytest.raises(BadInput, match="no field"):
         doc_tables.record(out, [sweep], ["drops"], "incast sweep X")
+
+
+def test_a_template_draws_a_share_from_the_columns(tmp_path, monkeypatch):
+    (tmp_path / "t.csv").write_text("label,timeouts,full_window,blocks,command,commit\n"
+                                    "a,306,203,40,incast run,abc1234\n")
+    monkeypatch.setattr(doc_tables, "RESULTS_DIR", tmp_path)
+    text = doc_tables.render("t.csv", "| run | per block | full window |\n"
+                             "| {label} | {timeouts / blocks:.1f} | {100 * full_window / timeouts:.0f}% |",
+                             False, "")
+    assert "| a | 7.7 | 66% |" in text
+    with pytest.raises(BadInput, match="does not fit"):
+        doc_tables.render("t.csv", "| x |\n| {nosuch / blocks} |", False, "")

@@ -17,7 +17,7 @@ two comments that hold how it is drawn::
 
 The comment's first line names the file (and, with ``where COLUMN=VALUE``, the rows
 it takes); the next are the table's header and a row
-template (Python format fields naming the CSV's columns), or, after ``code``, one line
+template (Python format fields naming the CSV's columns, or arithmetic on them), or, after ``code``, one line
 per row in a ``sh`` block (the rows' commands). Below every table a line links the file,
 so each number's command is one line away. ``python -m incast.report.doc_tables``
 rewrites the pages from the files (``--check`` only compares), and ``... record OUT.csv
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import csv
 import re
+import string
 import sys
 from pathlib import Path
 
@@ -72,17 +73,31 @@ def rows(name: str, where: tuple[str, str] | None = None) -> list[dict]:
     return out
 
 
+class _RowFormatter(string.Formatter):
+    """str.format over a row whose fields may also be arithmetic on its columns
+    (``{100 * explain_full_window / explain_timeouts:.0f}``): a share or a rate per block
+    is drawn from the numbers it comes from, not kept beside them."""
+
+    def get_field(self, field_name, args, kwargs):
+        if field_name.isidentifier():
+            return super().get_field(field_name, args, kwargs)
+        return eval(field_name, {"__builtins__": {}}, dict(kwargs)), field_name
+
+
+_FORMAT = _RowFormatter()
+
+
 def render(name: str, spec: str, code: bool, link_prefix: str, where: tuple[str, str] | None = None) -> str:
     """The text between a block's comments: the table (or code block) and the link."""
     lines = spec.splitlines()
     try:
         if code:
-            body = ["```sh", *(ln.format(**r) for r in rows(name, where) for ln in lines), "```"]
+            body = ["```sh", *(_FORMAT.format(ln, **r) for r in rows(name, where) for ln in lines), "```"]
         else:
             header, template = lines
             cols = header.count("|") - 1
-            body = [header, "|" + "---|" * cols, *(template.format(**r) for r in rows(name, where))]
-    except (KeyError, ValueError) as e:
+            body = [header, "|" + "---|" * cols, *(_FORMAT.format(template, **r) for r in rows(name, where))]
+    except (KeyError, ValueError, NameError, SyntaxError, ZeroDivisionError) as e:
         raise BadInput(f"docs/results/{name}: the template does not fit the file: {e!r}") from None
     link = f"{link_prefix}results/{name}"
     what = "commands" if code else "command and commit of each row"
