@@ -158,7 +158,7 @@ def _commit() -> str:
     return subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
-def record(out: Path, dirs: list[Path], fields: list[str], command: str) -> int:
+def record(out: Path, dirs: list[Path], fields: list[str], command: str, append: bool = False) -> int:
     """Rows for docs/results/ from run or sweep directories: `fields` of each run's
     summary (a sweep: each row of its sweep.parquet; a run made with --capture: also
     ``explain_*``, the fields of ``incast explain --json``), its name as `label`, and the
@@ -185,7 +185,10 @@ def record(out: Path, dirs: list[Path], fields: list[str], command: str) -> int:
                 raise BadInput(f"{d}: no field {', '.join(missing)} in its results")
             rows.append({"label": r["label"], **{f: r[f] for f in fields},
                          "command": command.format(label=r["label"]), "commit": commit})
-    pd.DataFrame(rows).to_csv(out, index=False)
+    table = pd.DataFrame(rows)
+    if append and out.is_file():
+        table = pd.concat([pd.read_csv(out, dtype=str, keep_default_na=False), table.astype(str)])
+    table.to_csv(out, index=False)
     return len(rows)
 
 
@@ -199,10 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("dirs", type=Path, nargs="+", help="run or sweep directories")
     r.add_argument("--field", action="append", required=True, help="a summary field (repeatable)")
     r.add_argument("--command", required=True, help="what made the runs; {label} is a run's name")
+    r.add_argument("--append", action="store_true", help="add the rows to the file's (same columns)")
     args = p.parse_args(argv)
     if args.verb == "record":
         try:
-            n = record(args.out, args.dirs, args.field, args.command)
+            n = record(args.out, args.dirs, args.field, args.command, args.append)
         except BadInput as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
