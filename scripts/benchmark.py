@@ -182,14 +182,19 @@ def record_phases(rows, path):
     """Keep the table as the documentation draws it (docs/results/, incast.report.doc_tables):
     one row per sender count, with this command and the commit the code was at."""
     import pandas as pd
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
-    if dirty:
-        print(f"  not recorded in {path}: the checkout has uncommitted changes, so no commit names the code")
+    from incast.errors import BadInput
+    from incast.report.doc_tables import code_commit
+    try:
+        commit = code_commit()
+    except BadInput as e:
+        print(f"  not recorded in {path}: {e}")
         return
-    command = "scripts/benchmark.py " + " ".join(a for a in sys.argv[1:] if not a.startswith("--record"))
+    argv, skip = [], False
+    for a in sys.argv[1:]:          # the command less where it was recorded
+        if not skip and not a.startswith("--record"):
+            argv.append(a)
+        skip = a == "--record"
+    command = "scripts/benchmark.py " + " ".join(argv)
     table = pd.DataFrame([{"senders": r["senders"], "host_s": r["host_s"], "build_s": r["build"],
                            "measured_s": r["measured"], "host_s_per_virtual_s": r["host_s_per_virtual_s"],
                            "host_us_per_packet": r["host_us_per_packet"]} for r in rows])

@@ -174,7 +174,7 @@ def test_a_result_file_is_recorded_from_a_sweep(tmp_path, monkeypatch):
     sweep.mkdir()
     pd.DataFrame([{"senders": 47, "goodput_mbps": 786.5, "run_dir": "/x/runs/n47-r1"},
                   {"senders": 47, "goodput_mbps": 801.0, "run_dir": "/x/runs/n47-r2"}]).to_parquet(sweep / "sweep.parquet")
-    monkeypatch.setattr(doc_tables, "_commit", lambda: "abc1234")
+    monkeypatch.setattr(doc_tables, "code_commit", lambda: "abc1234")
     out = tmp_path / "t.csv"
     assert doc_tables.record(out, [sweep], ["senders", "goodput_mbps"], "incast sweep X  # {label}") == 2
     monkeypatch.setattr(doc_tables, "RESULTS_DIR", tmp_path)

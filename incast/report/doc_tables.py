@@ -142,7 +142,7 @@ def typed_tables(page: Path) -> list[str]:
     return found
 
 
-def _commit() -> str:
+def code_commit() -> str:
     """HEAD's short hash; refused while a file a run executes differs from it (then no
     commit names the code that ran). Other changes (documentation, tests) do not matter."""
     import subprocess
@@ -167,7 +167,7 @@ def record(out: Path, dirs: list[Path], fields: list[str], command: str, append:
     import pandas as pd
     from incast.measure.results import complete_run, flat_summary
     import json
-    commit = _commit()
+    commit = code_commit()
     rows = []
     for d in dirs:
         if (d / "sweep.parquet").is_file():
