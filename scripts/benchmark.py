@@ -196,7 +196,8 @@ def record_phases(rows, path):
         skip = a == "--record"
     command = "scripts/benchmark.py " + " ".join(argv)
     table = pd.DataFrame([{"senders": r["senders"], "host_s": r["host_s"], "build_s": r["build"],
-                           "measured_s": r["measured"], "host_s_per_virtual_s": r["host_s_per_virtual_s"],
+                           "measured_s": r["measured"], "stop_s": r["stop"],
+                           "host_s_per_virtual_s": r["host_s_per_virtual_s"],
                            "host_us_per_packet": r["host_us_per_packet"]} for r in rows])
     table["command"], table["commit"] = command, commit
     table.to_csv(path, index=False, float_format="%.1f")
