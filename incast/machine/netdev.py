@@ -143,9 +143,9 @@ def netns_add(name: str) -> None:
     run("ip", "netns", "add", name)
 
 
-def netns_attach(names_pids: dict[str, int]) -> None:
-    """Name the network namespaces of processes (so `ip netns exec NAME` reaches them)."""
-    batch("ip", [f"netns attach {name} {pid}" for name, pid in names_pids.items()])
+def netns_add_many(names: list[str]) -> None:
+    """Create named network namespaces, all in one process."""
+    batch("ip", [f"netns add {n}" for n in names])
 
 
 def netns_delete(names: list[str]) -> None:

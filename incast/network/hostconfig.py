@@ -310,23 +310,20 @@ def _sysctl_path(name: str) -> str:
 
 
 def host_popen(host, cmd: list[str], **kwargs) -> subprocess.Popen:
-    """Start a process in a host's network namespace, and only there.
-
-    (Mininet's Host.popen attaches to the host shell's mount namespace as well, which
-    leaves a chroot or container the testbed may be running in.)"""
-    return subprocess.Popen(["nsenter", f"--net=/proc/{host.pid}/ns/net", "--", *cmd], **kwargs)
+    """Start a process in a host's network namespace, and only there (network.link's
+    hosts have no shell to start it from)."""
+    return subprocess.Popen(["nsenter", f"--net={host.netns_path}", "--", *cmd], **kwargs)
 
 
 # Marks a host's section in the output of a shell that configures several.
 _SECTION = "@@incast-host"
 
 
-def configure_hosts(hosts, servers, scenario, features, netns: dict[str, str]) -> dict[str, dict]:
+def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
     """Apply each host's TCP profile, its NIC and its static neighbours; raise with the
     first host's error. Returns, per host, its profile's name and the TCP settings read
     back from its namespace (sysctls, and the route carrying the per-route options),
-    its era, and the era's sysctls the kernel lacks (missing_sysctls). `netns`: host ->
-    the name of its network namespace (resources.name_host_netns).
+    its era, and the era's sysctls the kernel lacks (missing_sysctls).
 
     Under User-Mode Linux a process costs about 20 ms of host time, so a thousand hosts
     cannot have a handful each: one thread of this process enters each host's
@@ -341,7 +338,7 @@ def configure_hosts(hosts, servers, scenario, features, netns: dict[str, str]) -
     def enter_each():       # this thread ends in the last host's namespace, and ends
         for h in hosts:
             try:
-                setns(f"/proc/{h.pid}/ns/net")
+                setns(h.netns_path)
                 netdev.offloads_off([h.defaultIntf().name], tx_checksum=tx_off)
                 in_namespace[h.name] = (None, apply_sysctls(profiles[h.name]))
             except (OSError, RuntimeError) as e:
@@ -354,7 +351,7 @@ def configure_hosts(hosts, servers, scenario, features, netns: dict[str, str]) -
         lines = []
         for h in share:
             tc_lines, ip_lines = host_batches(h, scenario, profiles[h.name], features, neighbours[h.name])
-            ns = shlex.quote(netns[h.name])
+            ns = shlex.quote(h.netns)
             end = f"INCAST_HOST_{h.name}_END"
             lines += [f"echo '{_SECTION} {h.name}'",
                       f"tc -n {ns} -batch - 2>&1 <<'{end}TC' && ip -n {ns} -batch - 2>&1 <<'{end}' && "
@@ -407,12 +404,33 @@ def read_back(text: str, tcp: TcpProfile) -> dict:
             "missing_sysctls": [k for k in tcp.era_sysctls if k not in sysctls]}
 
 
-def read_counters(pid: int) -> dict[str, int]:
-    """The TCP MIB counters of a host's namespace, read from the root namespace via /proc."""
+def read_counters(hosts) -> dict[str, dict[str, int]]:
+    """The TCP MIB counters of each host's namespace: one thread enters each in turn
+    and reads its /proc/thread-self/net (a host has no process of its own to read
+    /proc/PID/net through)."""
+    out: dict[str, dict[str, int]] = {}
+    errors: list[str] = []
+
+    def each():             # this thread ends in the last host's namespace, and ends
+        for h in hosts:
+            try:
+                setns(h.netns_path)
+                out[h.name] = _mib_counters("/proc/thread-self/net")
+            except OSError as e:
+                errors.append(f"{h.name}: {e}")
+    reader = threading.Thread(target=each, name="incast-counters")
+    reader.start()
+    reader.join()
+    if errors:
+        raise RuntimeError(f"reading TCP counters failed: {errors[0]}")
+    return out
+
+
+def _mib_counters(net_dir: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for name in ("snmp", "netstat"):
         try:
-            lines = open(f"/proc/{pid}/net/{name}").read().splitlines()
+            lines = open(f"{net_dir}/{name}").read().splitlines()
         except OSError:
             continue
         for head, vals in zip(lines[::2], lines[1::2]):

@@ -12,6 +12,7 @@ Whatever happens, the run's namespaces, links and processes are removed.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -191,7 +192,7 @@ def watched_links(net, dp, scenario, world_inode: int) -> list[fidelity.WatchedL
              for p in dp.paced_ports()]
     for h in net.hosts:
         intf = h.defaultIntf().name
-        inode, index = resources.interface_index(h.pid, intf)
+        inode, index = resources.interface_index(h.netns_path, intf)
         links.append(fidelity.WatchedLink(intf, "nic", inode, index, rate, WIRE_OVERHEAD, frame))
     return links
 
@@ -421,7 +422,9 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     t_build = time.monotonic()
     topo = topology.load(scenario.topology.kind, scenario.topology.senders, **scenario.topology.params())
     veths = VethBatch()
-    net = Mininet(topo=topo, switch=dp.switch_class(), controller=None, host=BatchedHost,
+    res.create_host_netns(topo.hosts())
+    net = Mininet(topo=topo, switch=dp.switch_class(), controller=None,
+                  host=functools.partial(BatchedHost, netns_prefix=res.token),
                   link=veths.link_class(), intf=DeferredIntf, build=False, waitConnected=False)
     try:
         net.build()
@@ -431,8 +434,7 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     net.start()
     client = net.get(topo.client)
     servers = [net.get(s) for s in topo.servers]
-    netns = res.name_host_netns({h.name: h.pid for h in net.hosts})
-    applied = hostconfig.configure_hosts(net.hosts, servers, scenario, features, netns)
+    applied = hostconfig.configure_hosts(net.hosts, servers, scenario, features)
     results.write_json("tcp_hosts.json", applied)
     dp.configure(net, topo)
     for name, text in dp.artifacts().items():
@@ -519,7 +521,7 @@ class _Repetitions:
         def measuring():
             if self.phases:
                 self.phases.mark("warmup")
-            before["counters"] = {h.name: hostconfig.read_counters(h.pid) for h in hosts}
+            before["counters"] = hostconfig.read_counters(hosts)
             before["queues"] = self.dp.queue_counters()
             before["softnet"] = softnet_drops()
             if self.t0_ns is None:
@@ -545,7 +547,7 @@ class _Repetitions:
             self.cpu_after = fidelity.cpu_times()
             if self.background:
                 self.background.measured(rep)
-            after = {h.name: hostconfig.read_counters(h.pid) for h in hosts}
+            after = hostconfig.read_counters(hosts)
             self.queue_frames.append(_queue_delta(before["queues"], self.dp.queue_counters(), rep))
             self.backlog_drops += softnet_drops() - before["softnet"]
             self.counter_rows += _counter_rows(hosts, before["counters"], after, rep)

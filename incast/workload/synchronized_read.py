@@ -21,7 +21,7 @@ class SynchronizedRead(Workload):
         if self.scenario.workload.server_process == "shared":
             # One process, started in the first server's namespace (so the run's cleanup
             # finds it with that host's), opens each listener in its server's namespace.
-            spec = [f"--netns=/proc/{s.pid}/ns/net:{d}" for s, d in zip(servers, dscps)]
+            spec = [f"--netns={s.netns_path}:{d}" for s, d in zip(servers, dscps)]
             proc = self.popen(servers[0], [sys.executable, str(HOSTS_DIR / "incast_server.py"), "--port",
                                            str(SERVER_PORT), *spec],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
