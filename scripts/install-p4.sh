@@ -170,7 +170,7 @@ try_packages() {
     list=/etc/apt/sources.list.d/incast-p4lang.list
     key=/etc/apt/trusted.gpg.d/incast-p4lang.gpg
     log "trying p4lang's packages: $url"
-    if ! curl -fsSL --connect-timeout 20 --max-time 60 "$url/Release.key" 2>/dev/null | gpg --dearmor > "$key.tmp" ||
+    if ! curl -fsSL --connect-timeout 20 --max-time 60 "$url/Release.key" 2>/dev/null | gpg --dearmor > "$key.tmp" 2>/dev/null ||
        [ ! -s "$key.tmp" ]; then
       log "  unreachable"
       rm -f "$key.tmp"
