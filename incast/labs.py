@@ -189,7 +189,7 @@ def sentence(answers: dict, key: str, words: tuple[str, ...], hint: str, problem
 def p4_missing() -> list[str]:
     """What a P4 lab needs that this machine lacks."""
     from incast.dataplane.bmv2 import tool
-    return [f"{t} (p4lang's packages; the Vagrant VM has them)" for t in ("p4c-bm2-ss", "simple_switch")
+    return [f"{t} (scripts/install-p4.sh; the Vagrant box has them)" for t in ("p4c-bm2-ss", "simple_switch")
             if not tool(t) and not shutil.which(t)]
 
 

@@ -11,7 +11,7 @@ venv=${INCAST_VENV:-/opt/incast/venv}
 with_p4=0
 for arg in "$@"; do
   case "$arg" in
-    --p4) with_p4=1 ;;   # also p4c and bmv2 from p4lang's package repository
+    --p4) with_p4=1 ;;   # also p4c and bmv2 (scripts/install-p4.sh)
     *) echo "usage: setup.sh [--p4]" >&2; exit 2 ;;
   esac
 done
@@ -35,14 +35,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [ "$with_p4" = 1 ] && ! command -v simple_switch >/dev/null; then
-  # p4lang publishes Debian packages of p4c and bmv2 (>= 1.15.1 is needed).
-  repo="https://download.opensuse.org/repositories/home:/p4lang/Debian_12"
-  apt-get install -y -qq --no-install-recommends curl gpg >/dev/null
-  curl -fsSL "$repo/Release.key" | gpg --dearmor > /etc/apt/trusted.gpg.d/p4lang.gpg
-  echo "deb $repo/ /" > /etc/apt/sources.list.d/p4lang.list
-  apt-get update -qq
-  apt-get install -y -qq p4lang-p4c p4lang-bmv2 >/dev/null
+if [ "$with_p4" = 1 ]; then
+  # p4c and bmv2: tools already there, else p4lang's packages where recent enough,
+  # else the pinned releases built from source (scripts/install-p4.sh says how).
+  "$here/scripts/install-p4.sh"
 fi
 
 # tracefs is where bpftrace finds the tracepoints; some minimal systems do not mount it.

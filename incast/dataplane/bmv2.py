@@ -67,7 +67,7 @@ def bmv2_version() -> tuple[int, ...]:
     exe = tool("simple_switch")
     if not exe:
         raise MissingFeature("bmv2 is not installed: simple_switch is not on PATH "
-                             "(p4lang's packages provide it; the Vagrant VM installs them)")
+                             "(scripts/install-p4.sh installs it; the Vagrant box has it)")
     out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
     m = re.match(r"(\d+)\.(\d+)\.(\d+)", out)
     if not m:
