@@ -333,18 +333,11 @@ def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
     neighbours = static_neighbours(hosts, servers)
     profiles = {h.name: TcpProfile.of(scenario, features, h.name) for h in hosts}
     tx_off = dataplanes.REGISTRY[scenario.dataplane].host_tx_checksum
-    in_namespace: dict[str, tuple[str | None, list[str]]] = {}     # host -> (error, sysctl lines)
 
-    def enter_each():       # this thread ends in the last host's namespace, and ends
-        for h in hosts:
-            try:
-                setns(h.netns_path)
-                netdev.offloads_off([h.defaultIntf().name], tx_checksum=tx_off)
-                in_namespace[h.name] = (None, apply_sysctls(profiles[h.name]))
-            except (OSError, RuntimeError) as e:
-                in_namespace[h.name] = (str(e), [])
-    entering = threading.Thread(target=enter_each, name="incast-hostconfig")
-    entering.start()
+    def configure(h):
+        netdev.offloads_off([h.defaultIntf().name], tx_checksum=tx_off)
+        return apply_sysctls(profiles[h.name])
+    entering = InEachNamespace(hosts, configure, (OSError, RuntimeError))
     shells = max(1, min(len(hosts), os.cpu_count() or 1))
     scripts = []
     for share in (hosts[i::shells] for i in range(shells)):
@@ -367,7 +360,7 @@ def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
                               stderr=subprocess.STDOUT, text=True).stdout
     with ThreadPoolExecutor(len(scripts)) as pool:
         texts = list(pool.map(run_shell, scripts))
-    entering.join()
+    in_namespace = entering.join()       # host -> (error, sysctl lines)
     outputs: dict[str, tuple[str, str]] = {}
     for text in texts:
         for section in text.split(f"{_SECTION} ")[1:]:
@@ -377,7 +370,7 @@ def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
     failed, applied = [], {}
     for h in hosts:
         out, status = outputs.get(h.name, ("", "missing"))
-        error, sysctl_lines = in_namespace.get(h.name, ("not configured", []))
+        error, sysctl_lines = in_namespace.get(h.name, ("not configured", None))
         if error is not None:
             failed.append(f"configuring host {h.name} failed: {error}")
             continue
@@ -404,26 +397,39 @@ def read_back(text: str, tcp: TcpProfile) -> dict:
             "missing_sysctls": [k for k in tcp.era_sysctls if k not in sysctls]}
 
 
-def read_counters(hosts) -> dict[str, dict[str, int]]:
-    """The TCP MIB counters of each host's namespace: one thread enters each in turn
-    and reads its /proc/thread-self/net (a host has no process of its own to read
-    /proc/PID/net through)."""
-    out: dict[str, dict[str, int]] = {}
-    errors: list[str] = []
+class InEachNamespace:
+    """fn(host) run inside each host's network namespace in turn, by one thread of this
+    process (started at once; join() gives host -> (error or None, fn's result)).
 
-    def each():             # this thread ends in the last host's namespace, and ends
-        for h in hosts:
-            try:
-                setns(h.netns_path)
-                out[h.name] = _mib_counters("/proc/thread-self/net")
-            except OSError as e:
-                errors.append(f"{h.name}: {e}")
-    reader = threading.Thread(target=each, name="incast-counters")
-    reader.start()
-    reader.join()
-    if errors:
-        raise RuntimeError(f"reading TCP counters failed: {errors[0]}")
-    return out
+    A thread, not a process: under User-Mode Linux a process costs tens of milliseconds
+    of host time, and the hosts have none of their own to enter. The thread ends in the
+    last host's namespace, and ends."""
+
+    def __init__(self, hosts, fn, errors: tuple[type[Exception], ...] = (OSError,)):
+        self.results: dict[str, tuple[str | None, object]] = {}
+
+        def each():
+            for h in hosts:
+                try:
+                    setns(h.netns_path)
+                    self.results[h.name] = (None, fn(h))
+                except errors as e:
+                    self.results[h.name] = (str(e), None)
+        self.thread = threading.Thread(target=each, name="incast-in-namespaces")
+        self.thread.start()
+
+    def join(self) -> dict[str, tuple[str | None, object]]:
+        self.thread.join()
+        return self.results
+
+
+def read_counters(hosts) -> dict[str, dict[str, int]]:
+    """The TCP MIB counters of each host's namespace, from its /proc/thread-self/net."""
+    read = InEachNamespace(hosts, lambda h: _mib_counters("/proc/thread-self/net")).join()
+    failed = [f"{name}: {error}" for name, (error, _) in read.items() if error]
+    if failed:
+        raise RuntimeError(f"reading TCP counters failed: {failed[0]}")
+    return {name: counters for name, (_, counters) in read.items()}
 
 
 def _mib_counters(net_dir: str) -> dict[str, int]:

@@ -24,6 +24,7 @@ from mininet.link import Intf, Link
 from mininet.node import Host
 
 from incast.machine import netdev
+from incast.machine.resources import NETNS_DIR
 
 
 class DeferredIntf(Intf):
@@ -60,13 +61,13 @@ class BatchedHost(Host):
     of a 1020-server build. Its default configuration (IP, loopback up) is only
     recorded on its interface; hostconfig's batches apply it."""
 
-    def __init__(self, name, netns_prefix: str, **params):
-        self.netns = f"{netns_prefix}-{name}"
+    def __init__(self, name, netns_of, **params):
+        self.netns = netns_of(name)          # resources.Run.host_netns: the run names them
         super().__init__(name, **params)
 
     @property
     def netns_path(self) -> str:
-        return f"/run/netns/{self.netns}"
+        return str(NETNS_DIR / self.netns)
 
     def startShell(self, mnopts=None):
         # Nothing to start: the namespace exists already. Mininet's own commands

@@ -424,7 +424,7 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     veths = VethBatch()
     res.create_host_netns(topo.hosts())
     net = Mininet(topo=topo, switch=dp.switch_class(), controller=None,
-                  host=functools.partial(BatchedHost, netns_prefix=res.token),
+                  host=functools.partial(BatchedHost, netns_of=res.host_netns),
                   link=veths.link_class(), intf=DeferredIntf, build=False, waitConnected=False)
     try:
         net.build()
