@@ -3,14 +3,17 @@ with one error style: a command that fails raises NetdevError naming the command
 tool's own words. Nothing is hidden behind `|| true`: a link that is not up, an offload
 left on or a qdisc not installed changes the experiment.
 
-Why the iproute2 tools and not a netlink library: a tc or ip batch is the readable,
-replayable artifact a run saves (switch.tc, the hosts' scripts), and one batch is one
-process. ethtool is the exception: it has no batch, so offloads_off makes ethtool's own
-ioctl from this process (one process per device costs ~20 ms under User-Mode Linux). Measured on a 2-core VM with 64 veth pairs in a namespace: `ip -batch` sets 64
-links up in 16 ms and `ip -j link show` lists 129 links in 10 ms; pyroute2 0.7.2
-(Debian 12) takes 329 ms to import, 83 ms to list the links of a namespace (NetNS
-forks a helper) and 25 ms for the 64 link changes. The one netlink query the tools do
-not answer cheaply (a process's sockets' TCP_INFO) is read with the standard library
+Why the iproute2 tools and, mostly, not a netlink library: a tc or ip batch is the
+readable, replayable artifact a run saves (switch.tc, the hosts' scripts), and one batch
+is one process. Measured on a 2-core VM with 64 veth pairs in a namespace: `ip -batch`
+sets 64 links up in 16 ms and `ip -j link show` lists 129 links in 10 ms; pyroute2 0.7.2
+(Debian 12) takes 329 ms to import, 83 ms to list the links of a namespace (NetNS forks a
+helper) and 25 ms for the 64 link changes. Two exceptions, for a thousand hosts under
+User-Mode Linux where every process costs tens of milliseconds: ethtool has no batch, so
+offloads_off makes ethtool's own ioctl from this process; and a host's NIC queue is made
+over netlink (tbf_replace, plug) from a thread already in its namespace, with the very
+messages tc sends (tests/test_netdev.py compares). The one netlink query the tools do not
+answer cheaply (a process's sockets' TCP_INFO) is read with the standard library
 (hosts/port_tcpinfo.py).
 """
 from __future__ import annotations
@@ -151,3 +154,84 @@ def netns_add_many(names: list[str]) -> None:
 def netns_delete(names: list[str]) -> None:
     """Delete namespaces in one process, going on past any already gone (teardown)."""
     batch("ip", [f"netns del {n}" for n in names], force=True)
+
+
+# --- qdiscs over netlink, from a thread that is already in the device's namespace ---
+#
+# Why: under User-Mode Linux a process costs tens of milliseconds of host time, and a
+# thousand hosts' NICs made by one `tc` each took most of a 1020-host network's build.
+# The messages are tc's own: the same attributes `tc qdisc replace ... tbf ...` and
+# `... plug ...` send (iproute2 6.1's q_tbf.c, q_plug.c), so a qdisc made here reads
+# back from `tc qdisc show` exactly as the tc line would have made it (a test compares).
+
+def _tbf_message():
+    """pyroute2's tcmsg for tbf, with the attributes its 0.7 table lacks: tc sends
+    TCA_TBF_BURST (the bucket in bytes, which the kernel then takes as it is) and,
+    above 2^32 bytes/s, TCA_TBF_RATE64."""
+    from pyroute2.netlink.rtnl.tcmsg import sched_tbf, tcmsg
+
+    class tbf_options(sched_tbf.options):
+        nla_map = (*sched_tbf.options.nla_map,
+                   ('TCA_TBF_RATE64', 'uint64'), ('TCA_TBF_PRATE64', 'uint64'),
+                   ('TCA_TBF_BURST', 'uint32'), ('TCA_TBF_PBURST', 'uint32'))
+
+    class tbf_msg(tcmsg):
+        @staticmethod
+        def get_options(self, *argv, **kwarg):
+            return tbf_options
+    return tbf_msg
+
+
+def _qdisc_request(ipr, msg, change: bool) -> None:
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST
+    from pyroute2.netlink.rtnl import RTM_NEWQDISC
+    flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_REPLACE | (0 if change else NLM_F_CREATE)
+    ipr.nlm_request(msg, msg_type=RTM_NEWQDISC, msg_flags=flags)
+
+
+def _handle(text: str) -> int:
+    """tc's 'major:minor' (hex) as a 32-bit handle; 'root' is TC_H_ROOT."""
+    if text == "root":
+        return 0xFFFFFFFF
+    major, _, minor = text.partition(":")
+    return (int(major or "0", 16) << 16) | int(minor or "0", 16)
+
+
+def tbf_replace(ipr, index: int, *, handle: str, rate_bps: int, burst: int, limit: int,
+                overhead: int, parent: str = "root", change: bool = False) -> None:
+    """`tc qdisc replace|change dev DEV [parent P] handle H tbf rate R burst B limit L
+    overhead O`, over ipr (a pyroute2 IPRoute in the device's namespace)."""
+    from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
+    try:
+        rate = rate_bps // 8                 # tc_ratespec counts bytes per second
+        # rate___reserved is tc_ratespec's linklayer: ethernet (1), as tc says, and
+        # then the kernel wants no rate table (it computes from the rate itself)
+        parms = {"rate": min(rate, 0xFFFFFFFF), "rate___reserved": 1, "rate_overhead": overhead, "limit": limit,
+                 # in ticks, cut to 32 bits as tc's C conversion cuts it (a paused bucket's
+                 # 8 bit/s overflows it; the kernel then takes TCA_TBF_BURST as it is)
+                 "buffer": int(calc_xmittime(rate, burst)) & 0xFFFFFFFF, "mtu": 0}
+        opts = [["TCA_TBF_PARMS", parms], ["TCA_TBF_BURST", burst]]
+        if rate >= 1 << 32:
+            opts.append(["TCA_TBF_RATE64", rate])
+        msg = _tbf_message()()
+        msg["index"], msg["handle"], msg["parent"] = index, _handle(handle), _handle(parent)
+        msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", {"attrs": opts}]]
+        _qdisc_request(ipr, msg, change)
+    except Exception as e:      # pyroute2's NetlinkError carries the kernel's errno
+        raise NetdevError(f"tbf on ifindex {index} (rate {rate_bps}bit burst {burst} limit {limit}) "
+                          f"failed: {e}") from None
+
+
+def plug(ipr, index: int, *, handle: str, parent: str, action: str, limit: int = 0,
+         change: bool = False) -> None:
+    """`tc qdisc replace|change dev DEV parent P handle H plug limit L|block|release_indefinite`
+    (action: limit, block or release_indefinite)."""
+    from pyroute2.netlink.rtnl.tcmsg import tcmsg
+    actions = {"block": 0, "release_indefinite": 2, "limit": 3}     # TCQ_PLUG_*
+    try:
+        msg = tcmsg()
+        msg["index"], msg["handle"], msg["parent"] = index, _handle(handle), _handle(parent)
+        msg["attrs"] = [["TCA_KIND", "plug"], ["TCA_OPTIONS", {"action": actions[action], "limit": limit}]]
+        _qdisc_request(ipr, msg, change)
+    except Exception as e:
+        raise NetdevError(f"plug {action} on ifindex {index} failed: {e}") from None

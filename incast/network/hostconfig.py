@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 import subprocess
@@ -168,8 +169,8 @@ def nic_queue_bytes(mtu: int) -> int:
     return NIC_QUEUE_PACKETS * (mtu + ETH_HLEN + WIRE_OVERHEAD)
 
 
-def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False, exact_timers: bool = False) -> str:
-    """The host NIC: a token bucket at the link rate (tc batch syntax).
+def nic_bucket(rate: int, mtu: int, exact_timers: bool = False) -> tuple[int, int]:
+    """The host NIC's token bucket at the link rate: (burst, limit) in bytes.
 
     TBF rather than HTB because a PAUSE must stop and restart it: changing a TBF
     refills its bucket, while an HTB class keeps the token debt of whatever it sent
@@ -179,13 +180,33 @@ def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False, exact_timers:
     late there (UML charges each clock read, 256 ns then; with one frame, measured: 905.5
     instead of 941.6 Mbit/s for one sender at 1 Gbit/s)."""
     frame = mtu + ETH_HLEN
-    limit = nic_queue_bytes(mtu)
-    if paused:   # nothing more leaves (bar the frame already on its way, as on a real NIC)
-        return f"qdisc change dev {dev} root handle 1: tbf rate 8bit burst {frame} limit {limit}"
     slack = frame if exact_timers else min(int(rate * NIC_TIMER_SLACK_US / 8e6), NIC_SLACK_FRAMES_MAX * frame)
-    burst = frame + slack
+    return frame + slack, nic_queue_bytes(mtu)
+
+
+def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False, exact_timers: bool = False) -> str:
+    """The host NIC's token bucket (nic_bucket) as a tc batch line; paused: a bucket
+    that sends nothing more (bar the frame already on its way, as on a real NIC)."""
+    frame = mtu + ETH_HLEN
+    burst, limit = nic_bucket(rate, mtu, exact_timers)
+    if paused:
+        return f"qdisc change dev {dev} root handle 1: tbf rate 8bit burst {frame} limit {limit}"
     return (f"qdisc replace dev {dev} root handle 1: tbf rate {rate}bit burst {burst} "
             f"limit {limit} overhead {WIRE_OVERHEAD}")
+
+
+def nic_by_netlink(ipr, index: int, scenario, features) -> None:
+    """The NIC that nic_tc_commands describes, made over netlink from a thread in the
+    host's namespace (ipr: a pyroute2 IPRoute opened there), where no netem is needed:
+    the same qdiscs, without a tc process per host."""
+    link = scenario.link
+    burst, limit = nic_bucket(link.rate, link.mtu, _exact_timers(features))
+    netdev.tbf_replace(ipr, index, handle="1:", rate_bps=link.rate, burst=burst, limit=limit,
+                       overhead=WIRE_OVERHEAD)
+    if pause_by_plug(scenario, features):
+        netdev.plug(ipr, index, parent="1:1", handle=PLUG_HANDLE, action="limit",
+                    limit=nic_queue_bytes(link.mtu))
+        netdev.plug(ipr, index, parent="1:1", handle=PLUG_HANDLE, action="release_indefinite", change=True)
 
 
 def _exact_timers(features) -> bool:
@@ -327,15 +348,23 @@ def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
 
     Under User-Mode Linux a process costs about 20 ms of host time, so a thousand hosts
     cannot have a handful each: one thread of this process enters each host's
-    namespace in turn for its sysctls and NIC offloads, and one shell per CPU runs each
-    host's tc and ip batch (``tc -n``/``ip -n``, the batch on stdin: a client's neighbour
-    table for 2048 servers is over 128 KiB)."""
+    namespace in turn for its sysctls, NIC offloads and NIC queue (over netlink), and
+    one shell per CPU runs each host's ip batch (``ip -n``, the batch on stdin: a
+    client's neighbour table for 2048 servers is over 128 KiB). A NIC that needs netem
+    (which has no netlink builder here) is made by a tc batch in the same shell."""
     neighbours = static_neighbours(hosts, servers)
     profiles = {h.name: TcpProfile.of(scenario, features, h.name) for h in hosts}
     tx_off = dataplanes.REGISTRY[scenario.dataplane].host_tx_checksum
+    nic_by_tc = scenario.link.needs_netem
+    if not nic_by_tc:
+        from pyroute2 import IPRoute     # imported late: about a second under User-Mode Linux
 
     def configure(h):
-        netdev.offloads_off([h.defaultIntf().name], tx_checksum=tx_off)
+        dev = h.defaultIntf().name
+        netdev.offloads_off([dev], tx_checksum=tx_off)
+        if not nic_by_tc:
+            with IPRoute() as ipr:      # a netlink socket belongs to its opener's namespace
+                nic_by_netlink(ipr, socket.if_nametoindex(dev), scenario, features)
         return apply_sysctls(profiles[h.name])
     entering = InEachNamespace(hosts, configure, (OSError, RuntimeError))
     shells = max(1, min(len(hosts), os.cpu_count() or 1))
@@ -346,10 +375,11 @@ def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
             tc_lines, ip_lines = host_batches(h, scenario, profiles[h.name], features, neighbours[h.name])
             ns = shlex.quote(h.netns)
             end = f"INCAST_HOST_{h.name}_END"
+            tc_cmd, tc_body = ((f"tc -n {ns} -batch - 2>&1 <<'{end}TC' && ", [*tc_lines, f"{end}TC"])
+                               if nic_by_tc else ("", []))
             lines += [f"echo '{_SECTION} {h.name}'",
-                      f"tc -n {ns} -batch - 2>&1 <<'{end}TC' && ip -n {ns} -batch - 2>&1 <<'{end}' && "
-                      "echo CONFIGURED",
-                      *tc_lines, f"{end}TC", *ip_lines, end, f"echo \"{_SECTION}-exit $?\""]
+                      f"{tc_cmd}ip -n {ns} -batch - 2>&1 <<'{end}' && echo CONFIGURED",
+                      *tc_body, *ip_lines, end, f"echo \"{_SECTION}-exit $?\""]
         scripts.append("\n".join(lines) + "\n")
 
     def run_shell(script: str) -> str:

@@ -423,6 +423,7 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     topo = topology.load(scenario.topology.kind, scenario.topology.senders, **scenario.topology.params())
     veths = VethBatch()
     res.create_host_netns(topo.hosts())
+    log(f"build: {len(topo.hosts())} host namespaces made")
     net = Mininet(topo=topo, switch=dp.switch_class(), controller=None,
                   host=functools.partial(BatchedHost, netns_of=res.host_netns),
                   link=veths.link_class(), intf=DeferredIntf, build=False, waitConnected=False)
@@ -431,12 +432,16 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
         veths.create()
     finally:    # every node shell Mininet started, even if the build failed half-way
         res.track(*(getattr(n, "shell", None) for n in net.hosts + net.switches))
+    log(f"build: {len(net.links)} links made")
     net.start()
+    log("build: switches started")
     client = net.get(topo.client)
     servers = [net.get(s) for s in topo.servers]
     applied = hostconfig.configure_hosts(net.hosts, servers, scenario, features)
+    log("build: hosts configured")
     results.write_json("tcp_hosts.json", applied)
     dp.configure(net, topo)
+    log("build: data plane configured")
     for name, text in dp.artifacts().items():
         results.write_text(name, text)
     build_s = time.monotonic() - t_build
