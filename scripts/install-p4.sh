@@ -23,7 +23,8 @@
 #   --no-link      do not link simple_switch, simple_switch_CLI, p4c and p4c-bm2-ss
 #                  into /usr/local/bin (they are then only in DIR/bin)
 # Compiles run under nice -n 19 ionice -c3. The build tree (/var/tmp/incast-p4-build)
-# is removed after a successful build.
+# is removed after a successful build; run again after an interruption, the build resumes
+# there (a bmv2 of the pinned release already under the prefix is not built again).
 set -euo pipefail
 
 BMV2_MIN=1.15.1
@@ -215,38 +216,49 @@ fi
 niced() { nice -n 19 ionice -c3 "$@"; }
 apt_install "${build_deps[@]}"
 work=/var/tmp/incast-p4-build
-rm -rf "$work"
-mkdir -p "$work"
-
-if [ -n "$src" ]; then
-  for d in behavioral-model p4c; do
-    [ -d "$src/$d" ] || { log "--src $src has no $d/"; exit 2; }
-  done
-  [ -f "$src/p4c/control-plane/p4runtime/proto/p4/v1/p4runtime.proto" ] ||
-    { log "$src/p4c/control-plane/p4runtime is empty (p4c's p4runtime submodule)"; exit 2; }
-  log "sources from $src"
-  cp -a "$src/behavioral-model" "$src/p4c" "$work/"
+# An interrupted build resumes: the trees stay while they hold the same releases from
+# the same place (make redoes only what is missing); anything else starts afresh.
+sources="bmv2 $BMV2_TAG p4c $P4C_TAG from ${src:-$BMV2_GIT $P4C_GIT}"
+if [ "$(cat "$work/.sources" 2>/dev/null)" != "$sources" ]; then
+  rm -rf "$work"
+  mkdir -p "$work"
+  if [ -n "$src" ]; then
+    for d in behavioral-model p4c; do
+      [ -d "$src/$d" ] || { log "--src $src has no $d/"; exit 2; }
+    done
+    [ -f "$src/p4c/control-plane/p4runtime/proto/p4/v1/p4runtime.proto" ] ||
+      { log "$src/p4c/control-plane/p4runtime is empty (p4c's p4runtime submodule)"; exit 2; }
+    log "sources from $src"
+    cp -a "$src/behavioral-model" "$src/p4c" "$work/"
+  else
+    log "cloning bmv2 $BMV2_TAG and p4c $P4C_TAG"
+    git clone -q --depth 1 --branch "$BMV2_TAG" "$BMV2_GIT" "$work/behavioral-model"
+    git clone -q --depth 1 --branch "$P4C_TAG" "$P4C_GIT" "$work/p4c"
+    git -C "$work/p4c" submodule -q update --init control-plane/p4runtime
+  fi
+  echo "$sources" > "$work/.sources"
 else
-  log "cloning bmv2 $BMV2_TAG and p4c $P4C_TAG"
-  git clone -q --depth 1 --branch "$BMV2_TAG" "$BMV2_GIT" "$work/behavioral-model"
-  git clone -q --depth 1 --branch "$P4C_TAG" "$P4C_GIT" "$work/p4c"
-  git -C "$work/p4c" submodule -q update --init control-plane/p4runtime
+  log "resuming the build in $work"
 fi
 
 t0=$(date +%s)
-log "bmv2: configure and make -j$jobs (log: $work/bmv2.log)"
-(
-  cd "$work/behavioral-model"
-  # No PI (no P4Runtime server: the testbed programs the switch over Thrift); the
-  # logging macros and event logger cost the switch time on every packet.
-  niced ./autogen.sh
-  niced ./configure --prefix="$prefix" PYTHON=/usr/bin/python3 --disable-logging-macros \
-    --disable-elogger CXXFLAGS="-O3 -g0"
-  niced make -j"$jobs"
-  make install
-) > "$work/bmv2.log" 2>&1 || { tail -30 "$work/bmv2.log" >&2; exit 1; }
+if [ -x "$prefix/bin/simple_switch" ] && at_least "$(version_of "$prefix/bin/simple_switch")" "$BMV2_TAG"; then
+  log "bmv2: $BMV2_TAG is already installed under $prefix"
+else
+  log "bmv2: configure and make -j$jobs (log: $work/bmv2.log)"
+  (
+    cd "$work/behavioral-model"
+    # No PI (no P4Runtime server: the testbed programs the switch over Thrift); the
+    # logging macros and event logger cost the switch time on every packet.
+    niced ./autogen.sh
+    niced ./configure --prefix="$prefix" PYTHON=/usr/bin/python3 --disable-logging-macros \
+      --disable-elogger CXXFLAGS="-O3 -g0"
+    niced make -j"$jobs"
+    make install
+  ) > "$work/bmv2.log" 2>&1 || { tail -30 "$work/bmv2.log" >&2; exit 1; }
+  log "bmv2: installed in $(($(date +%s) - t0)) s"
+fi
 t1=$(date +%s)
-log "bmv2: installed in $((t1 - t0)) s"
 
 log "p4c: cmake and make -j$jobs (log: $work/p4c.log)"
 (
