@@ -281,9 +281,9 @@ class Bmv2DataPlane(DataPlane):
         self.ports = switch_ports(net)
         # bmv2's queue must be the only one between the hosts: no qdisc may hold
         # packets on the switch's veth ends (two buffers in series).
-        for p in self.ports:
-            if {q["kind"] for q in netdev.qdiscs(p.name)} - {"noqueue"}:
-                netdev.run("tc", "qdisc", "replace", "dev", p.name, "root", "noqueue")
+        every = netdev.qdiscs_by_dev()
+        netdev.batch("tc", [f"qdisc replace dev {p.name} root noqueue" for p in self.ports
+                            if {q["kind"] for q in every.get(p.name, [])} - {"noqueue"}])
         scripts = []
         client = getattr(topo, "client", None)
         toward, flood = next_hops(self.ports, topo.hosts(sort=False)), flood_ports(self.ports)

@@ -213,8 +213,9 @@ class LinuxDataPlane(DataPlane):
         rows = []
         limits = self.scenario.switch.class_limits(self.scenario.link.mtu)
         unit = "bytes" if self.scenario.switch.buffer is not None else "packets"
+        every = netdev.qdiscs_by_dev(stats=True)
         for p in self.ports:
-            for q in netdev.qdiscs(p.name, stats=True):
+            for q in every.get(p.name, []):
                 handle = int(q["handle"].rstrip(":"), 16)
                 if q["kind"] not in ("bfifo", "pfifo", "red", "plug") or not 0x10 <= handle < 0x18:
                     continue

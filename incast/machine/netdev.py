@@ -65,9 +65,13 @@ def ifindexes(ns: str | None = None) -> dict[str, int]:
     return {link["ifname"]: link["ifindex"] for link in json.loads(run("ip", "-j", "link", "show", ns=ns))}
 
 
-def qdiscs(dev: str, stats: bool = False) -> list[dict]:
-    """The qdiscs on a device as tc reports them (-s: with counters)."""
-    return json.loads(run("tc", *(["-s"] if stats else []), "-j", "qdisc", "show", "dev", dev) or "[]")
+def qdiscs_by_dev(stats: bool = False) -> dict[str, list[dict]]:
+    """Every device's qdiscs in this namespace, from one `tc` (a thousand switch ports
+    read one `tc` each cost 39 s of host time under User-Mode Linux)."""
+    out: dict[str, list[dict]] = {}
+    for q in json.loads(run("tc", *(["-s"] if stats else []), "-j", "qdisc", "show") or "[]"):
+        out.setdefault(q["dev"], []).append(q)
+    return out
 
 
 def add_veth(name: str, peer: str) -> None:
