@@ -62,7 +62,7 @@ apt_install() {
 }
 # The first version number in a tool's --version output ("1.15.5-unknown",
 # "p4c 1.2.3.7 (SHA: ...)"), or nothing.
-version_of() { "$1" --version 2>/dev/null | grep -oE '[0-9]+(\.[0-9]+){2,3}' | head -1 || true; }
+version_of() { "$1" --version 2>&1 | grep -oE '[0-9]+(\.[0-9]+){2,3}' | head -1 || true; }
 at_least() { [ -n "$1" ] && dpkg --compare-versions "$1" ge "$2"; }
 
 # Both tools, found as `which` finds them (the prefix's bin first), recent enough?
