@@ -85,7 +85,9 @@ def compile_program(program: Path = P4_SOURCE) -> Path:
     p4c = tool("p4c-bm2-ss")
     source = program.read_bytes()
     if p4c:
-        version = subprocess.run([p4c, "--version"], capture_output=True, text=True).stdout.strip()
+        # p4c-bm2-ss prints its name on stdout and "Version X" on stderr
+        v = subprocess.run([p4c, "--version"], capture_output=True, text=True)
+        version = (v.stdout + v.stderr).strip()
         key = hashlib.sha256(source + version.encode()).hexdigest()[:16]
     else:
         key = None
