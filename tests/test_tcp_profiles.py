@@ -237,3 +237,49 @@ def test_linux_2_6_28_servers_read_back_from_their_namespaces(tmp_path, no_lefto
     assert client["era"] == "modern" and "initcwnd" not in client["route"]
     assert client["sysctls"]["net.ipv4.tcp_early_retrans"] == "3"
     assert client["sysctls"]["net.ipv4.tcp_recovery"] == "1"
+
+
+# --- FAST'08 Table 3 under the era, without SACK (the paper's NewReno) ---------------
+# The paper (ns-2, NewReno): 442 timeouts in 84 blocks (5.3 per block; Reno 12.0), 82%
+# of them full-window losses (Reno 79%). Judged on the median of three seeds, the
+# setting and seeds of docs/results/tcp-era-fast08-table3-sack.csv.
+TABLE3 = ["--clock", "virtual", "--kernel", "stock", "--link-rate", "1Gbit", "--senders", "16",
+          "--buffer-packets", "64", "--sru", "256KiB", "--cc", "reno", "--rto-min", "200ms",
+          "--blocks", "40", "--capture", "--set", f"tcp.era={OLD}", "--set", "tcp.sack=false"]
+
+
+@pytest.fixture(scope="module")
+def table3(tmp_path_factory):
+    from test_virtual_time import skip_reason
+    if skip_reason("uml-stock"):
+        pytest.skip(skip_reason("uml-stock"))
+    rows = []
+    for seed in (1, 2, 3):
+        out = tmp_path_factory.mktemp("table3") / f"seed{seed}"
+        s = run_json(*TABLE3, "--seed", str(seed), "--out", out, timeout=1800)
+        r = incast_cmd("explain", str(out), "--json")
+        assert r.returncode == 0, r.stderr
+        t = json.loads(r.stdout)
+        assert s["fidelity"]["ok"], f"seed {seed}: not faithful: {s['fidelity']['reasons']}"
+        rows.append({"per_block": s["timeouts"] / s["blocks"], "full_window": t["full_window"] / t["timeouts"]})
+    return rows
+
+
+def _median(xs):
+    return sorted(xs)[len(xs) // 2]
+
+
+@needs_root
+@pytest.mark.figure
+def test_table3_era_without_sack_times_out_as_often_as_the_paper(table3):
+    per_block = _median([r["per_block"] for r in table3])
+    assert 5.3 <= per_block <= 12.0, table3
+
+
+@needs_root
+@pytest.mark.figure
+@pytest.mark.xfail(strict=True, reason="declared divergence (docs/tcp-profiles.md, Table 3 without SACK): "
+                   "47-68% of the timeouts are full-window losses against the paper's 79-82%; an ACK per "
+                   "segment and initial windows of 1 and 2 were tried")
+def test_table3_era_without_sack_loses_whole_windows_as_the_paper(table3):
+    assert _median([r["full_window"] for r in table3]) >= 0.79, table3
