@@ -96,6 +96,11 @@ class DataPlane(ABC):
         machine lacks; return notes worth telling the user. Checked before anything is built."""
         return []
 
+    @classmethod
+    def prepare_on_host(cls, scenario) -> None:
+        """Make, on the host, what a run inside a guest will need and cannot make there
+        (the guest sees this checkout read-only)."""
+
     @abstractmethod
     def switch_class(self):
         """The Mininet Switch subclass that forwards packets."""

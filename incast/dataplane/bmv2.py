@@ -85,9 +85,11 @@ def compile_program(program: Path = P4_SOURCE) -> Path:
     p4c = tool("p4c-bm2-ss")
     source = program.read_bytes()
     if p4c:
-        # p4c-bm2-ss prints its name on stdout and "Version X" on stderr
+        # p4c-bm2-ss prints its name on stdout and "Version X" on stderr; only the
+        # number is kept (stderr may carry anything else, and differ inside a guest)
         v = subprocess.run([p4c, "--version"], capture_output=True, text=True)
-        version = (v.stdout + v.stderr).strip()
+        m = re.search(r"\d+(\.\d+){2,3}", v.stdout + v.stderr)
+        version = m.group(0) if m else v.stdout.strip()
         key = hashlib.sha256(source + version.encode()).hexdigest()[:16]
     else:
         key = None
@@ -202,6 +204,10 @@ class Bmv2DataPlane(DataPlane):
         if not tool("simple_switch_CLI"):
             raise MissingFeature("simple_switch_CLI is not on PATH (it comes with bmv2)")
         return []       # telemetry comes from the P4 pipeline: nothing more to need
+
+    @classmethod
+    def prepare_on_host(cls, scenario) -> None:
+        compile_program()       # the guest finds the compiled program under build/p4
 
     def __init__(self, scenario, features):
         super().__init__(scenario, features)

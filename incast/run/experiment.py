@@ -246,6 +246,7 @@ def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out
     if guest.kernel_dir(variant) is None:
         raise MissingFeature(f"the {variant} kernel is not built for the current inputs: run "
                              f"{clock.guest_build_hint}")
+    dataplanes.get(scenario.dataplane).prepare_on_host(scenario)
     inner = scenario.model_copy(update={"kernel": "host", "clock": "real"})
     claim = Claim(out, unique_out)
     out = claim.final
