@@ -76,18 +76,19 @@ def test_rerun_without_drops_repeats_every_block_time(tmp_path, no_leftovers):
 @needs("uml-stock")
 def test_rerun_with_drops_repeats_the_statistics(tmp_path, no_leftovers):
     """Where the switch drops, a shift of a few clock reads can decide which of two
-    packets meets the full queue, and a rerun may follow another trajectory (measured,
-    16 servers, eight runs: drops 1526-1610, goodput 287.7-362.4 Mbit/s: 12-15 timeouts
-    of the 4 ms floor, each 4 ms of a ~250 ms run, land in different blocks). What
-    repeats is the scenario's statistics: the drop count to a few percent, the goodput
-    only to a few timeouts. (With 8 servers the scenario sits at a tipping point: 282.5
-    and 419.8 Mbit/s.)"""
+    packets meets the full queue, and a rerun may follow another trajectory. What repeats
+    is the drop count, to a few percent (measured, 16 servers, seed 7, eight runs: drops
+    1360-1491). The goodput does not repeat: the same eight gave 233.0-396.7 Mbit/s (one
+    run's blocks settle at 8 ms, another's at 16-20 ms, with one and four timeouts of the
+    4 ms floor), more than its timeouts explain. That is why every figure claim is judged
+    on the median of repetitions, never on one run; the spread is printed here."""
     args = [*BASE, "--kernel", "stock", "--senders", "16", "--rto-min", "min", "--seed", "7"]
     a = run_json(*args, "--out", tmp_path / "a")
     b = run_json(*args, "--out", tmp_path / "b")
     assert a["drops"] > 100 and b["drops"] > 100
     assert abs(a["drops"] - b["drops"]) < 0.1 * a["drops"], (a["drops"], b["drops"])
-    assert abs(a["goodput_mbps"] - b["goodput_mbps"]) < 0.3 * a["goodput_mbps"], (a, b)
+    print(f"reruns: goodput {a['goodput_mbps']} and {b['goodput_mbps']} Mbit/s, "
+          f"drops {a['drops']} and {b['drops']}, timeouts {a['timeouts']} and {b['timeouts']}")
 
 
 @needs("uml-hrtimer")
@@ -95,16 +96,21 @@ def test_rerun_with_drops_repeats_the_statistics(tmp_path, no_leftovers):
 def test_collapse_and_hrtimer_recovery_at_40_servers(tmp_path, no_leftovers):
     """Both kernels end to end at 40 servers (1 MiB blocks through a 64 KiB buffer at
     1 Gbit/s, this kernel's default TCP otherwise): with the stock 200 ms minimum RTO a
-    block waits out a whole RTO; with microsecond RTOs on the hrtimer kernel none does,
-    and goodput is higher. (Measured, seeds 1-3: 200.1, 98.6, 99.0 Mbit/s; 552.8, 553.7,
-    559.1.) The papers' thresholds (below 10% and above 85% of the link) are judged in
-    the papers' setting, over repetitions: the sigcomm09-fig1 figure's claims."""
+    block waits out a timer of RTOmin; with microsecond RTOs on the hrtimer kernel none
+    does, and goodput is higher. The timer is an RTO, or a tail loss probe: with one
+    segment in flight Linux adds RTOmin to the probe's timeout (tcp_schedule_loss_probe),
+    and some runs recover every lost tail that way (measured: 0, 0 and 3 RTOs with 487-501
+    loss probes in three runs, each with blocks of 207-216 ms). (Goodput, seeds 1-3 at an
+    earlier commit: 200.1, 98.6, 99.0 Mbit/s; 552.8, 553.7, 559.1.) The papers' thresholds
+    (below 10% and above 85% of the link) are judged in the papers' setting, over
+    repetitions: the sigcomm09-fig1 figure's claims."""
     args = ["--clock", "virtual", "--link-rate", "1Gbit", "--buffer", "64KiB", "--workload", "fixed-block",
             "--block", "1MiB", "--blocks", "20", "--warmup", "3", "--cc", "reno", "--senders", "40"]
     stock = run_json(*args, "--kernel", "stock", "--rto-min", "200ms", "--out", tmp_path / "stock")
     hr = run_json(*args, "--kernel", "hrtimer", "--rto-min", "200us", "--out", tmp_path / "hr")
     # A block that lost its tail waits the whole 200 ms RTOmin; with 200 us none can.
-    assert stock["timeouts"] > 0 and stock["block_ms_max"] > 200, stock
+    timers = pd.read_parquet(tmp_path / "stock" / "counters.parquet")[["TCPTimeouts", "TCPLossProbes"]].sum()
+    assert timers.sum() > 0 and stock["block_ms_max"] > 200, (stock, timers.to_dict())
     assert hr["block_ms_max"] < 200, hr
     assert hr["goodput_mbps"] > stock["goodput_mbps"], (stock, hr)
 
