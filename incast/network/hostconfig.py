@@ -479,6 +479,10 @@ def _mib_counters(net_dir: str) -> dict[str, int]:
     return out
 
 
+# TCPSpuriousRtxHostQueues: retransmissions (an RTO's among them) the kernel deferred
+# because the original was still in the host's own queue: counted, never on the wire,
+# so a capture cannot see them: where a trace finds fewer timeouts than the kernel
+# counted, this says whether that is why.
 COUNTERS = [*RTO_COUNTERS, "RetransSegs", "TCPLossProbes", "TCPSpuriousRTOs", "TCPFastRetrans",
             "TCPSlowStartRetrans", "TCPLostRetransmit", "DelayedACKs", "TCPSackRecovery",
-            "TCPRenoRecovery", "InSegs", "OutSegs"]
+            "TCPRenoRecovery", "TCPSpuriousRtxHostQueues", "InSegs", "OutSegs"]
