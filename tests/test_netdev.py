@@ -2,15 +2,14 @@
 are the ones its tc lines describe: the same parameters as tc reads them back."""
 import json
 import subprocess
-import threading
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
 from conftest import needs_root
 from incast.machine import netdev
 from incast.machine.probe import probe
-from incast.machine.resources import setns
 from incast.network import hostconfig
 from incast.scenario import build
 
@@ -31,22 +30,16 @@ def veth_pair():
 
 
 def in_namespace(ns: str, fn):
-    """fn(ipr, ifindex of b) in a thread that has entered ns, as the build's walker does."""
+    """fn(ipr, ifindex of b) from inside ns, by the build's own walker (InEachNamespace)."""
     from pyroute2 import IPRoute
-    failed = []
 
-    def go():
-        try:
-            setns(f"/run/netns/{ns}")
-            with IPRoute() as ipr:
-                fn(ipr, ipr.link_lookup(ifname="b")[0])
-        except Exception as e:       # raised again in the test's thread
-            failed.append(e)
-    t = threading.Thread(target=go)
-    t.start()
-    t.join()
-    if failed:
-        raise failed[0]
+    def on_b(_):
+        with IPRoute() as ipr:
+            fn(ipr, ipr.link_lookup(ifname="b")[0])
+    host = SimpleNamespace(name="b", netns_path=f"/run/netns/{ns}")
+    error, _ = hostconfig.InEachNamespace([host], on_b, (Exception,)).join()["b"]
+    if error is not None:
+        raise netdev.NetdevError(error)
 
 
 def shown(ns: str, dev: str) -> list[dict]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 import subprocess
 import uuid
 from types import SimpleNamespace
@@ -265,14 +266,10 @@ def table3(tmp_path_factory):
     return rows
 
 
-def _median(xs):
-    return sorted(xs)[len(xs) // 2]
-
-
 @needs_root
 @pytest.mark.figure
 def test_table3_era_without_sack_times_out_as_often_as_the_paper(table3):
-    per_block = _median([r["per_block"] for r in table3])
+    per_block = statistics.median([r["per_block"] for r in table3])
     assert 5.3 <= per_block <= 12.0, table3
 
 
@@ -282,4 +279,4 @@ def test_table3_era_without_sack_times_out_as_often_as_the_paper(table3):
                    "47-68% of the timeouts are full-window losses against the paper's 79-82%; an ACK per "
                    "segment and initial windows of 1 and 2 were tried")
 def test_table3_era_without_sack_loses_whole_windows_as_the_paper(table3):
-    assert _median([r["full_window"] for r in table3]) >= 0.79, table3
+    assert statistics.median([r["full_window"] for r in table3]) >= 0.79, table3

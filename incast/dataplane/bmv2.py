@@ -63,16 +63,26 @@ def tool(name: str) -> str | None:
     return shutil.which(name)
 
 
+def tool_version(exe: str) -> tuple[str, str]:
+    """(the first version number a tool's --version prints, or "", all it printed).
+    Both streams: simple_switch prints "1.15.5-unknown" on stdout, p4c-bm2-ss its name
+    on stdout and "Version 1.2.3.7" on stderr (whatever else stderr carries is left out,
+    and may differ inside a guest)."""
+    r = subprocess.run([exe, "--version"], capture_output=True, text=True)
+    out = (r.stdout + r.stderr).strip()
+    m = re.search(r"\d+(\.\d+){2,3}", out)
+    return (m.group(0) if m else ""), out
+
+
 def bmv2_version() -> tuple[int, ...]:
     exe = tool("simple_switch")
     if not exe:
         raise MissingFeature("bmv2 is not installed: simple_switch is not on PATH "
                              "(scripts/install-p4.sh installs it; the Vagrant box has it)")
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)", out)
-    if not m:
+    number, out = tool_version(exe)
+    if not number:
         raise MissingFeature(f"cannot tell bmv2's version from {out!r}")
-    version = tuple(int(x) for x in m.groups())
+    version = tuple(int(x) for x in number.split(".")[:3])
     if version < MIN_VERSION:
         raise MissingFeature(f"bmv2 {out} is too old: {'.'.join(map(str, MIN_VERSION))} or newer is needed "
                              "(per-priority queue depth and rate)")
@@ -85,11 +95,7 @@ def compile_program(program: Path = P4_SOURCE) -> Path:
     p4c = tool("p4c-bm2-ss")
     source = program.read_bytes()
     if p4c:
-        # p4c-bm2-ss prints its name on stdout and "Version X" on stderr; only the
-        # number is kept (stderr may carry anything else, and differ inside a guest)
-        v = subprocess.run([p4c, "--version"], capture_output=True, text=True)
-        m = re.search(r"\d+(\.\d+){2,3}", v.stdout + v.stderr)
-        version = m.group(0) if m else v.stdout.strip()
+        version = tool_version(p4c)[0]
         key = hashlib.sha256(source + version.encode()).hexdigest()[:16]
     else:
         key = None

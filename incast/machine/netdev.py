@@ -186,25 +186,13 @@ def _tbf_message():
     return tbf_msg
 
 
-def _qdisc_request(ipr, msg, change: bool) -> None:
-    from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST
-    from pyroute2.netlink.rtnl import RTM_NEWQDISC
-    flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_REPLACE | (0 if change else NLM_F_CREATE)
-    ipr.nlm_request(msg, msg_type=RTM_NEWQDISC, msg_flags=flags)
-
-
-def _handle(text: str) -> int:
-    """tc's 'major:minor' (hex) as a 32-bit handle; 'root' is TC_H_ROOT."""
-    if text == "root":
-        return 0xFFFFFFFF
-    major, _, minor = text.partition(":")
-    return (int(major or "0", 16) << 16) | int(minor or "0", 16)
-
-
 def tbf_replace(ipr, index: int, *, handle: str, rate_bps: int, burst: int, limit: int,
-                overhead: int, parent: str = "root", change: bool = False) -> None:
-    """`tc qdisc replace|change dev DEV [parent P] handle H tbf rate R burst B limit L
-    overhead O`, over ipr (a pyroute2 IPRoute in the device's namespace)."""
+                overhead: int) -> None:
+    """`tc qdisc replace dev DEV root handle H tbf rate R burst B limit L overhead O`, over
+    ipr (a pyroute2 IPRoute in the device's namespace)."""
+    from pyroute2.iproute.linux import transform_handle
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST
+    from pyroute2.netlink.rtnl import RTM_NEWQDISC, TC_H_ROOT
     from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
     try:
         rate = rate_bps // 8                 # tc_ratespec counts bytes per second
@@ -218,9 +206,10 @@ def tbf_replace(ipr, index: int, *, handle: str, rate_bps: int, burst: int, limi
         if rate >= 1 << 32:
             opts.append(["TCA_TBF_RATE64", rate])
         msg = _tbf_message()()
-        msg["index"], msg["handle"], msg["parent"] = index, _handle(handle), _handle(parent)
+        msg["index"], msg["handle"], msg["parent"] = index, transform_handle(handle), TC_H_ROOT
         msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", {"attrs": opts}]]
-        _qdisc_request(ipr, msg, change)
+        ipr.nlm_request(msg, msg_type=RTM_NEWQDISC,
+                        msg_flags=NLM_F_REQUEST | NLM_F_ACK | NLM_F_REPLACE | NLM_F_CREATE)
     except Exception as e:      # pyroute2's NetlinkError carries the kernel's errno
         raise NetdevError(f"tbf on ifindex {index} (rate {rate_bps}bit burst {burst} limit {limit}) "
                           f"failed: {e}") from None
@@ -228,14 +217,10 @@ def tbf_replace(ipr, index: int, *, handle: str, rate_bps: int, burst: int, limi
 
 def plug(ipr, index: int, *, handle: str, parent: str, action: str, limit: int = 0,
          change: bool = False) -> None:
-    """`tc qdisc replace|change dev DEV parent P handle H plug limit L|block|release_indefinite`
-    (action: limit, block or release_indefinite)."""
-    from pyroute2.netlink.rtnl.tcmsg import tcmsg
-    actions = {"block": 0, "release_indefinite": 2, "limit": 3}     # TCQ_PLUG_*
+    """`tc qdisc replace|change dev DEV parent P handle H plug limit L|release_indefinite`
+    (action: limit or release_indefinite), by pyroute2's own plug builder."""
     try:
-        msg = tcmsg()
-        msg["index"], msg["handle"], msg["parent"] = index, _handle(handle), _handle(parent)
-        msg["attrs"] = [["TCA_KIND", "plug"], ["TCA_OPTIONS", {"action": actions[action], "limit": limit}]]
-        _qdisc_request(ipr, msg, change)
+        ipr.tc("change" if change else "replace", "plug", index, handle=handle, parent=parent,
+               action=f"TCQ_PLUG_{action.upper()}", limit=limit)
     except Exception as e:
         raise NetdevError(f"plug {action} on ifindex {index} failed: {e}") from None
