@@ -101,6 +101,18 @@ def test_a_quick_retransmission_is_not_a_timeout(tmp_path):
     assert t.timeouts(tmp_path) == []
 
 
+def test_a_retransmission_deferred_in_the_host_queue_lowers_what_the_trace_must_show():
+    """The kernel counts an RTO each time the timer fires; where the retransmission
+    waited because the original was still in the host's queue, the timer fires again
+    and counts it twice, while the wire shows one timeout."""
+    import pandas as pd
+    e = explain.Explanation(pd.DataFrame(), pd.DataFrame(), kernel_timeouts=25, kernel_probes=0,
+                            capture_dropped=0, floor_us=200_000, kernel_deferred=0)
+    assert not e.consistent(24) and e.consistent(25) and not e.consistent(26)
+    e.kernel_deferred = 1
+    assert e.consistent(24) and not e.consistent(23)
+
+
 def test_explain_refuses_a_run_without_capture(tmp_path):
     (tmp_path / "summary.json").write_text("{}")
     r = incast_cmd("explain", str(tmp_path))
@@ -113,8 +125,9 @@ def test_a_collapsing_run_has_every_timeout_explained(tmp_path, no_leftovers):
     """16 servers, 32 KiB SRUs through a 32 KiB buffer at 100 Mbit/s, 20 ms RTOmin
     (measured in two faithful 20-block runs: 31 and 45 timeouts found where the kernel
     counted 27 and 41 timeouts plus 206 and 211 loss probes; 25 and 37 full window
-    losses). The trace's count must lie within the kernel's: at least its timeouts, at
-    most timeouts plus loss probes (a probe sent in the RTO's place)."""
+    losses). The trace's count must lie within the kernel's: at least its timeouts (less
+    the retransmissions it deferred in the host queue), at most timeouts plus loss probes
+    (a probe sent in the RTO's place)."""
     s = run_json("--senders", "16", "--link-rate", "100Mbit", "--sru", "32KiB", "--blocks", "10",
                  "--rto-min", "20ms", "--capture", "--out", tmp_path / "r")
     assert s["capture_dropped"] == 0

@@ -198,6 +198,11 @@ class Explanation:
     capture_dropped: int | None
     floor_us: float
     dupthresh: int = 3
+    # TCPSpuriousRtxHostQueues of the same: retransmissions the kernel did not send
+    # because the original was still in the host's own queue. An RTO whose
+    # retransmission is deferred so is counted again when its timer fires once more,
+    # and the wire shows one timeout where the kernel counted two.
+    kernel_deferred: int | None = None
 
     def table3(self) -> dict:
         m = self.timeouts[self.timeouts["measured"]]
@@ -207,6 +212,7 @@ class Explanation:
             "timeouts": int(len(m)),
             "kernel_timeouts": self.kernel_timeouts,
             "kernel_loss_probes": self.kernel_probes,
+            "kernel_deferred_retransmits": self.kernel_deferred,
             "consistent_with_kernel": self.consistent(len(m)),
             **{c: int(causes.get(c, 0)) for c in CAUSES},
             "lost_retransmit_dart_at_least_threshold": int((lost["dart"] >= self.dupthresh).sum()),
@@ -218,7 +224,7 @@ class Explanation:
     def consistent(self, found: int) -> bool | None:
         if self.kernel_timeouts is None or self.kernel_probes is None:
             return None
-        return self.kernel_timeouts <= found <= self.kernel_timeouts + self.kernel_probes
+        return self.kernel_timeouts - (self.kernel_deferred or 0) <= found <= self.kernel_timeouts + self.kernel_probes
 
     def text(self) -> str:
         t = self.table3()
@@ -238,8 +244,9 @@ class Explanation:
                  f"(a timeout: the first unacked segment resent after {FLOOR_MARGIN:.0%} of "
                  f"{self.floor_us:.0f} us + srtt of silence)"]
         if t["consistent_with_kernel"] is False:
+            low = t['kernel_timeouts'] - (t['kernel_deferred_retransmits'] or 0)
             lines.append(f"note: the trace finds {t['timeouts']} where the kernel's counts allow "
-                         f"{t['kernel_timeouts']}-{t['kernel_timeouts'] + t['kernel_loss_probes']}: "
+                         f"{low}-{t['kernel_timeouts'] + t['kernel_loss_probes']}: "
                          "the classes above may not cover every timeout")
         if t["capture_dropped"]:
             lines.append(f"note: the capture lost {t['capture_dropped']} packets: classes may be wrong")
@@ -294,7 +301,7 @@ def explain(run_dir: Path) -> Explanation:
     dropped = [h.get("dropped_by_kernel") for h in meta["hosts"].values()]
     return Explanation(df[COLUMNS], blocks, _kernel_count(run_dir, "TCPTimeouts"),
                        _kernel_count(run_dir, "TCPLossProbes"), None if None in dropped else sum(dropped),
-                       summary["rto_floor_us"], dupthresh)
+                       summary["rto_floor_us"], dupthresh, _kernel_count(run_dir, "TCPSpuriousRtxHostQueues"))
 
 
 def _servers_dupthresh(run_dir: Path) -> int:
