@@ -632,10 +632,10 @@ class Scenario(_Model):
             raise ValueError(f"switch.pause.pfc: the {self.dataplane} data plane sends no PFC frames (use "
                              f"dataplane {' or '.join(n for n in can if REGISTRY[n].pfc)})")
         for what, wanted in (("watchdog", pause.watchdog), ("storm", pause.storm)):
-            if wanted and not plane.pause_rx:
-                raise ValueError(f"switch.pause.{what}: the {self.dataplane} data plane sends 802.3x PAUSE "
-                                 "but obeys none at its ports (use dataplane "
-                                 f"{' or '.join(n for n in can if REGISTRY[n].pause_rx)})")
+            if wanted and not plane.pause_watchdog:
+                raise ValueError(f"switch.pause.{what}: the {self.dataplane} data plane has no PFC watchdog "
+                                 "(use dataplane "
+                                 f"{' or '.join(n for n in can if REGISTRY[n].pause_watchdog)})")
         if pause.enabled and self.topology.kind != "star" and not plane.pause_rx:
             # Its PAUSE would reach the other switch over the trunk and be ignored there:
             # the run would show flow control that half its switches do not do.

@@ -12,8 +12,17 @@
  *     0 once the occupancy of every congested port has fallen to XON;
  *   - or 802.1Qbb PFC (cfg pfc = 1): the same per class, each class queue against its
  *     own XOFF/XON, a PFC frame naming that class only, so the other classes flow on;
- *   - received PAUSE/PFC frames are counted and never forwarded (bmv2 cannot hold
- *     one of its queues: the hosts obey, the switch does not);
+ *   - received PAUSE/PFC frames are obeyed (cfg obey = 1), per port and class: bmv2
+ *     fixes a packet's departure time when it enters an egress queue, so no queue can
+ *     be stopped once filled; instead a packet admitted to a paused (port, class) goes
+ *     round the switch's hold loop (a veth pair from HOLD_PORT back to
+ *     HOLD_RETURN_PORT, paced by bmv2) until the pause ends, still counted in that
+ *     port's buffer, so the buffer fills and this switch's own PAUSE goes upstream.
+ *     Order is kept: while any packet of a (port, class) is in the loop, the next ones
+ *     follow it there, each tagged with its place (hold_t); one leaves the loop only
+ *     when it is the oldest, the others go round again. What the egress queue held
+ *     when the PAUSE came still leaves (at most the port's buffer; a real port stops
+ *     within a frame);
  *   - queue telemetry: egress-to-egress (and, for drops, ingress-to-egress) clones to
  *     a collector port, truncated, carrying the incast_tel_t header.
  *
@@ -42,6 +51,9 @@ const bit<32> NPORTS = 512;
 const bit<32> NQUEUES = 4096;                   /* NPORTS * 8 classes */
 const bit<32> TELEMETRY_SESSION = 1;            /* mirror session to the collector port */
 const bit<32> PAUSE_MC_SESSION = 2;             /* mirror session to multicast group 2: every host port */
+const bit<9>  HOLD_PORT = 508;                  /* into the hold loop (obeying PAUSE) ... */
+const bit<9>  HOLD_RETURN_PORT = 509;           /* ... and back from it */
+const bit<32> HOLD_TAG_BYTES = 4;               /* hold_t, in front of a frame in the loop */
 /* A telemetry frame: its Ethernet header, the record, the packet's Ethernet/IPv4/TCP headers. */
 const bit<32> TELEMETRY_FRAME_BYTES = 14 + 68 + 14 + 20 + 20;
 const bit<8>  FL_CLONE = 1;                     /* field list preserved in clones: @field_list(1) */
@@ -68,6 +80,8 @@ const bit<32> CFG_TEL_DELTA = 10;    /* bytes (mode 3) */
 const bit<32> CFG_LATE_US = 11;      /* a packet that waited longer before ingress is late */
 const bit<32> CFG_ECN_K = 12;        /* mark CE when the class queue holds more bytes (0: off) */
 const bit<32> CFG_PFC = 13;          /* 1: per-class PFC against xoff_bytes/xon_bytes, not 802.3x */
+const bit<32> CFG_OBEY = 14;         /* 1: obey PAUSE and PFC received at the ports */
+const bit<32> CFG_QUANTUM_US1024 = 15; /* one pause quantum at the link rate, in us/1024 */
 
 const bit<8> TEL_OFF = 0;
 const bit<8> TEL_ALL = 1;
@@ -76,6 +90,11 @@ const bit<8> TEL_ON_CHANGE = 3;
 const bit<8> TEL_ABOVE = 4;
 
 typedef bit<48> mac_t;
+
+/* A frame's place in the hold loop of its (port, class): it leaves in this order. */
+header hold_t {
+    bit<32> seq;
+}
 
 header ethernet_t {
     mac_t   dst;
@@ -168,6 +187,7 @@ header incast_tel_t {
 }
 
 struct headers_t {
+    hold_t        hold;
     ethernet_t    tel_eth;
     incast_tel_t  tel;
     ethernet_t    ethernet;
@@ -203,6 +223,8 @@ struct metadata_t {
     @field_list(1) bit<32> saddr;
     @field_list(1) bit<32> daddr;
     @field_list(1) mac_t   port_mac;
+    @field_list(1) bit<1>  held;  /* sent into the hold loop: its port is paused */
+    bit<32> hold_seq;
     bit<32> qidx;        /* register index of (port, class): port * 8 + class */
     bit<32> pidx;        /* register index of the port */
     bit<1>  send_pause;
@@ -227,12 +249,28 @@ register<bit<48>>(NQUEUES) pfc_until;          /* us; a port's class is paused w
 register<bit<1>>(NQUEUES) queue_congested;     /* the class queue passed its XOFF, not yet at XON */
 register<bit<32>>(8) congested_queues;         /* per class: the last one to reach XON sends XON */
 register<bit<48>>(8) pfc_all_until;            /* per class: when the last PFC frame expires */
+/* Obeying: the pause each (port, class) received from its peer (802.3x pauses all 8). */
+register<bit<48>>(NQUEUES) rx_until;           /* us; paused by the peer while now < this */
+register<bit<48>>(NQUEUES) rx_mark;            /* us; paused time since then not yet in rx_held_us */
+register<bit<48>>(NQUEUES) rx_held_us;         /* us paused by the peer so far */
+register<bit<32>>(NQUEUES) hold_tail;          /* the next place in the (port, class)'s hold loop */
+register<bit<32>>(NQUEUES) hold_head;          /* the oldest place still in it (head == tail: empty) */
 counter(1, CounterType.packets) telemetry_suppressed;
 
 /* ---------------------------------------------------------------- parser */
 parser IncastParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t std) {
     state start {
+        transition select(std.ingress_port) {
+            HOLD_RETURN_PORT: parse_hold;
+            default: parse_ethernet;
+        }
+    }
+    state parse_hold {
+        pkt.extract(hdr.hold);
+        transition parse_ethernet;
+    }
+    state parse_ethernet {
         pkt.extract(hdr.ethernet);
         transition select(hdr.ethernet.etherType) {
             ETHERTYPE_VLAN: parse_vlan;
@@ -294,6 +332,9 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
     counter(NQUEUES, CounterType.packets) ecn_marks;
     counter(NPORTS, CounterType.packets) mac_control_rx;
     counter(NPORTS, CounterType.packets) pause_tx;
+    counter(NPORTS, CounterType.packets) pause_rx;      /* PAUSE/PFC frames with a quanta */
+    counter(NPORTS, CounterType.packets) xon_rx;        /* ... with none (resume) */
+    counter(NQUEUES, CounterType.packets) held;         /* packets sent into the hold loop */
 
     action drop() {
         mark_to_drop(std);
@@ -401,11 +442,107 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
         meta.send_pause = send ? 1w1 : 1w0;
     }
 
+    /* A pause of `quanta` for (port, class) q from now on (0: it ends now); the time
+     * the last one held it is added up first. */
+    action obey_pause(bit<32> q, bit<16> quanta) {
+        bit<32> per;
+        bit<48> until;
+        bit<48> mark;
+        bit<48> held_us;
+        cfg.read(per, CFG_QUANTUM_US1024);
+        rx_until.read(until, q);
+        rx_mark.read(mark, q);
+        rx_held_us.read(held_us, q);
+        bit<48> now = std.ingress_global_timestamp;
+        bit<48> end = until < now ? until : now;
+        rx_held_us.write(q, end > mark ? held_us + (end - mark) : held_us);
+        rx_mark.write(q, now);
+        rx_until.write(q, now + (((bit<48>)quanta * (bit<48>)per) >> 10));
+    }
+
+    /* A packet admitted to a paused (port, class), or to one whose earlier packets are
+     * still in the hold loop, goes into the loop instead of its egress queue. */
+    action hold_if_paused() {
+        bit<48> until;
+        bit<32> head;
+        bit<32> tail;
+        rx_until.read(until, meta.qidx);
+        hold_head.read(head, meta.qidx);
+        hold_tail.read(tail, meta.qidx);
+        bool hold = until > std.ingress_global_timestamp || head != tail;
+        hold_tail.write(meta.qidx, hold ? tail + 1 : tail);
+        std.egress_spec = hold ? HOLD_PORT : std.egress_spec;
+        meta.held = hold ? 1w1 : 1w0;
+        meta.hold_seq = tail;
+    }
+
+    /* Back from the loop: on to its port if the pause is over and it is the oldest in
+     * the loop (the loop's rotation at the pause's end is arbitrary), else round again. */
+    action hold_return() {
+        bit<48> until;
+        bit<32> head;
+        rx_until.read(until, meta.qidx);
+        hold_head.read(head, meta.qidx);
+        bool go = until <= std.ingress_global_timestamp && hdr.hold.seq == head;
+        hold_head.write(meta.qidx, go ? head + 1 : head);
+        std.egress_spec = go ? std.egress_spec : HOLD_PORT;
+        meta.held = go ? 1w0 : 1w1;
+    }
+
+    /* The buffer state a packet back from the loop finds (its bytes are in it). */
+    action read_occupancy() {
+        occ_bytes.read(meta.occ_enq, meta.qidx);
+        port_bytes.read(meta.port_enq, meta.pidx);
+    }
+
     apply {
+        if (std.ingress_port == HOLD_PORT) {
+            mark_to_drop(std);   /* the loop runs one way: whatever comes in here is not ours */
+            return;
+        }
         if (hdr.mac_control.isValid()) {
             /* PAUSE and PFC are link-local: consumed here, never forwarded. */
-            mac_control_rx.count((bit<32>)std.ingress_port);
+            bit<32> port = (bit<32>)std.ingress_port;
+            mac_control_rx.count(port);
             mark_to_drop(std);
+            bit<32> obey;
+            cfg.read(obey, CFG_OBEY);
+            if (obey == 0) {
+                return;
+            }
+            bit<32> q = port * 8;
+            if (hdr.pause.isValid()) {
+                if (hdr.pause.quanta == 0) {
+                    xon_rx.count(port);
+                } else {
+                    pause_rx.count(port);
+                }
+                obey_pause(q, hdr.pause.quanta);
+                obey_pause(q + 1, hdr.pause.quanta);
+                obey_pause(q + 2, hdr.pause.quanta);
+                obey_pause(q + 3, hdr.pause.quanta);
+                obey_pause(q + 4, hdr.pause.quanta);
+                obey_pause(q + 5, hdr.pause.quanta);
+                obey_pause(q + 6, hdr.pause.quanta);
+                obey_pause(q + 7, hdr.pause.quanta);
+            } else if (hdr.pfc.isValid()) {
+                /* Class 0's quanta first on the wire: the top 16 bits. */
+                bit<16> en = hdr.pfc.class_enable;
+                bit<128> qs = hdr.pfc.quanta;
+                if (qs == 0) {
+                    xon_rx.count(port);
+                } else {
+                    pause_rx.count(port);
+                }
+                if ((en & 1) != 0)   { obey_pause(q,     (bit<16>)(qs >> 112)); }
+                if ((en & 2) != 0)   { obey_pause(q + 1, (bit<16>)(qs >> 96)); }
+                if ((en & 4) != 0)   { obey_pause(q + 2, (bit<16>)(qs >> 80)); }
+                if ((en & 8) != 0)   { obey_pause(q + 3, (bit<16>)(qs >> 64)); }
+                if ((en & 16) != 0)  { obey_pause(q + 4, (bit<16>)(qs >> 48)); }
+                if ((en & 32) != 0)  { obey_pause(q + 5, (bit<16>)(qs >> 32)); }
+                if ((en & 64) != 0)  { obey_pause(q + 6, (bit<16>)(qs >> 16)); }
+                if ((en & 128) != 0) { obey_pause(q + 7, (bit<16>)qs); }
+            }
             return;
         }
         meta.qclass = 0;
@@ -431,15 +568,41 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
         meta.pkt_len = std.packet_length;
         meta.in_port = (bit<16>)std.ingress_port;
         l2_forward.apply();
+        if (std.ingress_port == HOLD_RETURN_PORT && (std.mcast_grp != 0 || std.egress_spec == 511)) {
+            mark_to_drop(std);   /* only held unicast comes back from the loop */
+            return;
+        }
         if (std.mcast_grp != 0 || std.egress_spec == 511) {
             return;   /* floods (ARP) and drops are not buffered against the limits */
         }
 
         meta.qidx = (bit<32>)std.egress_spec * 8 + (bit<32>)meta.qclass;
         meta.pidx = (bit<32>)std.egress_spec;
-        admit();
         meta.out_port = (bit<16>)std.egress_spec;
         meta.enq_ts = std.ingress_global_timestamp;
+        if (std.ingress_port == HOLD_RETURN_PORT) {
+            /* Admitted (and its XOFF decided) when it first arrived; its bytes are the
+             * frame's, without the tag. */
+            meta.accounted = 1;
+            meta.pkt_len = std.packet_length - HOLD_TAG_BYTES;
+            read_occupancy();
+            hold_return();
+            if (meta.held == 0) {
+                hdr.hold.setInvalid();
+            }
+            return;
+        }
+        admit();
+        bit<32> obey;
+        cfg.read(obey, CFG_OBEY);
+        if (meta.accounted == 1 && obey != 0) {
+            hold_if_paused();
+            if (meta.held == 1) {
+                hdr.hold.setValid();
+                hdr.hold.seq = meta.hold_seq;
+                held.count(meta.qidx);
+            }
+        }
 
         /* ECN (DCTCP's K): an ECN-capable packet that finds more than K bytes in its
          * class queue is queued marked CE instead of unmarked; the others as before. */
@@ -518,6 +681,9 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
     counter(NPORTS, CounterType.packets) xon_tx;
     counter(NPORTS, CounterType.packets) pause_port_tx;   /* PAUSE frames sent, per port */
     counter(NPORTS, CounterType.packets) xon_port_tx;     /* quanta-0 frames sent, per port */
+    /* Frames that left a (port, class) its peer had paused: what its egress queue held
+     * when the pause came (bmv2 cannot stop a queue; a real port stops within a frame). */
+    counter(NQUEUES, CounterType.packets) sent_while_paused;
 
     action to_pause_frame() {
         /* A byte-exact 802.3x PAUSE frame: 01:80:C2:00:00:01, 0x8808, opcode 1. */
@@ -527,6 +693,7 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         hdr.ethernet.dst = 0x0180C2000001;
         hdr.ethernet.src = mac;
         hdr.ethernet.etherType = ETHERTYPE_MAC_CONTROL;
+        hdr.hold.setInvalid();
         hdr.vlan.setInvalid();
         hdr.mac_control.setValid();
         hdr.mac_control.opcode = MAC_CONTROL_PAUSE;
@@ -550,6 +717,7 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         hdr.ethernet.dst = 0x0180C2000001;
         hdr.ethernet.src = mac;
         hdr.ethernet.etherType = ETHERTYPE_MAC_CONTROL;
+        hdr.hold.setInvalid();
         hdr.vlan.setInvalid();
         hdr.mac_control.setValid();
         hdr.mac_control.opcode = MAC_CONTROL_PFC;
@@ -571,6 +739,7 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         tel_seq.read(seq, 0);
         tel_seq.write(0, seq + 1);
         cfg.read(switch_id, CFG_SWITCH_ID);
+        hdr.hold.setInvalid();
         hdr.tel_eth.setValid();
         hdr.tel_eth.dst = 0xFFFFFFFFFFFF;
         hdr.tel_eth.src = 0;
@@ -674,6 +843,12 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         meta.send_xon = fall && n == 1 ? 1w1 : 1w0;
     }
 
+    action check_paused() {
+        bit<48> until;
+        rx_until.read(until, meta.qidx);
+        meta.sample = until > std.egress_global_timestamp ? 1w1 : 1w0;
+    }
+
     action note_ingress_wait() {
         bit<32> late_us;
         bit<32> max_us;
@@ -719,6 +894,9 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
     }
 
     apply {
+        if (std.egress_port == HOLD_PORT) {
+            return;   /* round the hold loop: its bytes stay in its own port's buffer */
+        }
         meta.pidx = (bit<32>)std.egress_port;
         meta.qidx = (bit<32>)std.egress_port * 8 + (bit<32>)meta.qclass;
         if (std.instance_type == 1 || std.instance_type == 2) {   /* I2E or E2E clone */
@@ -772,6 +950,10 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
 
         release();
         tx.count(meta.qidx);
+        check_paused();
+        if (meta.sample == 1) {
+            sent_while_paused.count(meta.qidx);
+        }
         note_ingress_wait();
         if (meta.sample == 1) {
             ingress_late.count(0);
@@ -843,6 +1025,7 @@ control IncastComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
 
 control IncastDeparser(packet_out pkt, in headers_t hdr) {
     apply {
+        pkt.emit(hdr.hold);
         pkt.emit(hdr.tel_eth);
         pkt.emit(hdr.tel);
         pkt.emit(hdr.ethernet);

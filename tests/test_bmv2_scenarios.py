@@ -9,6 +9,7 @@ In real time at 100 Mbit/s bmv2's ingress falls behind the burst here, so packet
 in its input queue where no PAUSE can hold them back; virtual time runs 100 Mbit/s and
 1 Gbit/s (the tests at the end).
 """
+import pandas as pd
 import pytest
 
 from conftest import NotFaithful, measurer, needs_root
@@ -243,3 +244,36 @@ def test_bmv2_pfc_in_virtual_time_spares_the_innocent_class(tmp_path):
     assert runs["pfc"]["background_mbps"][0] > 0.95 * payload, numbers
     assert runs["pause"]["background_mbps"][0] < 0.95 * runs["pfc"]["background_mbps"][0], numbers
     assert all(r["pause_frames_received"] > 0 and r["timeouts"] == 0 for r in runs.values()), numbers
+
+
+@pytest.fixture(scope="module")
+def two_bmv2(tmp_path_factory):
+    from test_flow_control import two_switch_runs
+    from test_virtual_time import skip_reason
+    if skip_reason("uml-stock"):
+        pytest.skip(skip_reason("uml-stock"))
+    return two_switch_runs(tmp_path_factory.mktemp("two-bmv2"), ("--switch", "bmv2"))
+
+
+def test_bmv2_pause_stops_the_innocent_flow_across_two_switches(two_bmv2, no_leftovers):
+    """The two-switch head-of-line scenario on P4 switches, asserted as on the kernel
+    bridges: s2 obeys s1's PAUSE on the trunk (its hold loop), fills and pauses far1,
+    and the innocent flow stops with the incast (measured, 3 runs: 127.7-131.9 Mbit/s
+    against 941.5 without flow control). Its losses are the next test's."""
+    from test_flow_control import check_pause_stops_the_innocent_flow
+    check_pause_stops_the_innocent_flow(two_bmv2, lossless=False)
+    ports = pd.read_parquet(two_bmv2["pause"]["dir"] / "pause_ports.parquet")
+    assert ports["held_packets"].sum() > 0 and ports["held_at_end"].sum() == 0, ports
+
+
+@pytest.mark.xfail(strict=True, reason="declared: PAUSE across two bmv2 switches is not lossless here: 20, 44 "
+                   "and 20 drops in 3 runs, all at s2's trunk queue of the innocent flow's class, in the "
+                   "warm-up (without flow control that queue drops 27 too); the kernel bridges drop none. "
+                   "Not yet found why s2's own PAUSE to far1 does not keep that class queue below its limit")
+def test_bmv2_pause_across_two_switches_is_lossless(two_bmv2):
+    assert two_bmv2["pause"]["drops"] == 0, two_bmv2["pause"]["drops"]
+
+
+def test_bmv2_pfc_pauses_only_the_congested_class_across_two_switches(two_bmv2, no_leftovers):
+    from test_flow_control import check_pfc_pauses_only_the_congested_class
+    check_pfc_pauses_only_the_congested_class(two_bmv2)

@@ -1,7 +1,8 @@
 """Packet tests of p4src/incast.p4 on a running simple_switch, with Scapy frames.
 
 A scratch namespace holds the switch's ports (veth pairs: sN is the switch's port N,
-hN the wire end the test sends into and reads from) and the telemetry port (510).
+hN the wire end the test sends into and reads from), the telemetry port (510) and the
+hold loop (a veth pair from port 508 back to 509).
 Skipped, saying why, where bmv2 or p4c is missing."""
 import concurrent.futures
 import os
@@ -47,6 +48,7 @@ class Rig:
             max_workers=1, initializer=setns, initargs=(f"/run/netns/{self.ns}",))
         links = [(f"s{n}", f"h{n}", SWITCH_MACS[n]) for n in range(1, NPORTS + 1)]
         links.append(("s510", "h510", "02:00:00:00:ff:fe"))
+        links.append((f"s{bmv2.HOLD_PORT}", f"s{bmv2.HOLD_RETURN_PORT}", "02:00:00:00:ff:fd"))
         cmds = ["link set lo up"]   # Thrift listens on the namespace's loopback
         for sw, wire, mac in links:
             cmds += [f"link add {sw} address {mac} type veth peer name {wire}", f"link set {sw} up",
@@ -63,6 +65,8 @@ class Rig:
         for n in range(1, NPORTS + 1):
             args += ["-i", f"{n}@s{n}"]
         self.notify = f"/tmp/{self.ns}.notify"
+        for n in (bmv2.HOLD_PORT, bmv2.HOLD_RETURN_PORT):
+            args += ["-i", f"{n}@s{n}"]
         args += ["-i", "510@s510", "--notifications-addr", f"ipc://{self.notify}", str(json_path),
                  "--", "--priority-queues", "8"]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -308,6 +312,81 @@ def test_pause_and_pfc_are_never_forwarded(rig):
     for port in (2, 3, 4):
         assert rig.receive(port, timeout=0.3) == []
     assert rig.counter("IncastIngress.mac_control_rx", 1)[0] == 3
+
+
+def obey(rig, quantum_ms=1):
+    """The switch obeys PAUSE and PFC, a quantum lasting quantum_ms; its hold loop
+    paced at 1000 frames a second (a round of it: 1 ms)."""
+    c = bmv2.CFG
+    rig.cli([f"register_write cfg {c['obey']} 1", f"register_write cfg {c['quantum_us1024']} {quantum_ms * 1024000}"]
+            + [f"set_queue_rate 1000 {bmv2.HOLD_PORT} {p}" for p in range(8)])
+
+
+def received(rig, frame, port, counter):
+    """Send a PAUSE/PFC frame into port and wait until the switch has counted it: the
+    switch reads each port in its own thread, so a frame sent next into another port
+    could otherwise reach the pipeline first."""
+    before = rig.counter(counter, port)[0]
+    rig.send(port, frame)
+    deadline = time.monotonic() + 5
+    while rig.counter(counter, port)[0] == before:
+        assert time.monotonic() < deadline, f"the switch never counted the frame in {counter}"
+
+
+def test_a_paused_port_holds_its_frames_in_order_until_the_pause_ends(rig):
+    """A PAUSE received at port 2 holds what is admitted for port 2 (in the hold loop,
+    counted in its buffer) for the quanta it names; port 3 flows on; when the pause
+    expires the frames leave in the order they came."""
+    from scapy.compat import raw
+    from scapy.contrib.mac_control import MACControlPause
+    from scapy.layers.l2 import Ether
+    obey(rig)
+    t0 = time.monotonic()
+    received(rig, raw(Ether(dst="01:80:c2:00:00:01", src=MACS[2]) / MACControlPause(pause_time=2000)), 2,
+             "IncastIngress.pause_rx")
+    frames = [udp(1, 2, size=100 + i) for i in range(3)]
+    for f in frames:
+        rig.send(1, f)
+    rig.send(1, udp(1, 3))
+    assert len(rig.receive(3, timeout=0.2)) == 1          # another port: not paused
+    assert rig.receive(2, timeout=0.15) == []              # held
+    assert rig.register("occ_bytes", 2 * 8) == sum(len(f) for f in frames)
+    got = rig.receive(2, timeout=5, count=3)
+    assert got == frames and time.monotonic() - t0 > 1.9, (len(got), time.monotonic() - t0)   # 2 s
+    assert rig.counter("IncastIngress.held", 2 * 8)[0] == 3
+    assert rig.register("hold_head", 2 * 8) == rig.register("hold_tail", 2 * 8) == 3   # the loop is empty
+    assert rig.register("occ_bytes", 2 * 8) == 0
+    assert rig.register("rx_held_us", 2 * 8) + rig.register("rx_until", 2 * 8) \
+        - rig.register("rx_mark", 2 * 8) == 2_000_000
+
+
+def test_quanta_zero_ends_a_pause_at_once(rig):
+    from scapy.compat import raw
+    from scapy.contrib.mac_control import MACControlPause
+    from scapy.layers.l2 import Ether
+    obey(rig)
+    pause = lambda q: raw(Ether(dst="01:80:c2:00:00:01", src=MACS[2]) / MACControlPause(pause_time=q))  # noqa: E731
+    received(rig, pause(65535), 2, "IncastIngress.pause_rx")     # 65 s
+    rig.send(1, udp(1, 2))
+    assert rig.receive(2, timeout=0.2) == []
+    received(rig, pause(0), 2, "IncastIngress.xon_rx")
+    assert rig.receive(2, timeout=0.5) == [udp(1, 2)]
+
+
+def test_pfc_received_holds_only_the_class_it_names(rig):
+    from scapy.compat import raw
+    from scapy.contrib.mac_control import MACControlClassBasedFlowControl
+    from scapy.layers.l2 import Ether
+    obey(rig)
+    pfc = lambda q: raw(Ether(dst="01:80:c2:00:00:01", src=MACS[2]) /  # noqa: E731
+                        MACControlClassBasedFlowControl(c1_enabled=1, c1_pause_time=q))
+    received(rig, pfc(65535), 2, "IncastIngress.pause_rx")
+    rig.send(1, udp(1, 2, dscp=8))                         # class 1: held
+    rig.send(1, udp(1, 2))                                 # class 0: flows
+    assert rig.receive(2, timeout=0.3) == [udp(1, 2)]
+    assert rig.register("hold_tail", 2 * 8 + 1) - rig.register("hold_head", 2 * 8 + 1) == 1
+    received(rig, pfc(0), 2, "IncastIngress.xon_rx")
+    assert rig.receive(2, timeout=0.5) == [udp(1, 2, dscp=8)]
 
 
 def test_telemetry_carries_the_packets_queue_values(rig):

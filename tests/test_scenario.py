@@ -205,10 +205,12 @@ def test_flow_control_fields_are_checked_and_unset_by_none():
         build(storm, {"switch.pause.storm.host": "near9"})
     with pytest.raises(ScenarioError, match="switch.pause.watchdog.action"):
         build(storm, {"switch.pause.watchdog.action": "ignore"})
-    # bmv2 sends PAUSE and PFC from its pipeline but cannot hold its own queues for one:
-    # no watchdog there (nothing to stop obeying).
+    # bmv2 sends and obeys PAUSE and PFC in its pipeline, across switches too, but has
+    # no watchdog.
     assert build({}, {"switch": "bmv2", "pause": "on", "pfc": "on"}).switch.pause.pfc
-    with pytest.raises(ScenarioError, match="obeys none at its ports .*dataplane linux"):
+    assert build({"topology": {"kind": "two_switch", "senders": 2}},
+                 {"switch": "bmv2", "pause": "on"}).switch.pause.enabled
+    with pytest.raises(ScenarioError, match="no PFC watchdog .*dataplane linux"):
         build(storm, {"switch": "bmv2"})
     with pytest.raises(ScenarioError, match="one at a time"):
         build({}, {"pause": "on", "switch.ecn": "16KiB"})

@@ -52,8 +52,6 @@ def test_scenario_knows_the_topologys_hosts():
      "trunk_buffer: for dataplane linux"),
     ({"topology": {"kind": "two_switch", "spines": 2}}, "for kind leaf_spine"),
     ({"topology": {"kind": "two_switch", "senders": 2, "far": 3}}, "more than the 2 servers"),
-    ({"dataplane": "bmv2", "topology": {"kind": "two_switch", "senders": 2},
-      "switch": {"pause": {"enabled": True, "pfc": True}}}, "obeys none at its ports.*topology star"),
 ])
 def test_bad_topologies_and_flows_are_refused(data, message):
     with pytest.raises(ScenarioError, match=message):

@@ -23,7 +23,8 @@ class Entry:
     help: str
     pause: bool = False             # sends 802.3x PAUSE to the hosts
     pfc: bool = False               # sends 802.1Qbb PFC per class instead (switch.pause.pfc)
-    pause_rx: bool = False          # obeys PAUSE/PFC at its ports (trunks, hosts); pause watchdog
+    pause_rx: bool = False          # obeys PAUSE/PFC at its ports (trunks, hosts)
+    pause_watchdog: bool = False    # a PFC watchdog, and PAUSE storms from a host (switch.pause.watchdog/storm)
     packet_buffers: bool = True     # switch.buffer_packets (queues limited in packets)
     calibrated: bool = False        # incast calibrate measures it (link.rate auto)
     host_tx_checksum: bool = False  # hosts must complete checksums (a software switch forwards frames as they are)
@@ -38,8 +39,10 @@ class Entry:
 REGISTRY: dict[str, Entry] = {
     "linux": Entry("incast.dataplane.linux", "LinuxDataPlane", "kernel bridge + tc", calibrated=True,
                    ecn=True, multi_switch=True, pause=True, pfc=True, pause_rx=True,
+                   pause_watchdog=True,
                    max_ports=1023),   # the kernel's BR_MAX_PORTS (1024) less port 0
     "bmv2": Entry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True, pfc=True,
+                  pause_rx=True,
                   packet_buffers=False, host_tx_checksum=True, telemetry_sampling=True, ecn=True,
                   multi_switch=True, max_ports=500),   # incast.p4's NPORTS, 510 is telemetry
 }
@@ -135,7 +138,8 @@ class DataPlane(ABC):
 
     def stop_flow_control(self) -> pd.DataFrame | None:
         """Stop it: one row per switch port (pause_sent, xon_sent, pause_received,
-        xon_received, held_ms, watchdog_fired, watchdog_restored), or None."""
+        xon_received, held_ms; the linux plane's watchdog_fired, watchdog_restored),
+        or None."""
         return None
 
     def pause_counters(self) -> dict:

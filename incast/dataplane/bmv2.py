@@ -10,8 +10,12 @@ Known limits of bmv2 that the design follows: rates are packets per second, set 
 priority queue (so with traffic in several classes at once a port can exceed its
 link rate); a refused packet is invisible to bmv2's own counters (incast.p4 counts
 it); a queue cannot be held for PAUSE or PFC (bmv2 fixes a packet's departure time
-when it enters the queue, so no later command can hold it: the program sends PAUSE and
-PFC, the hosts obey them through hosts/pause_agent.py, a bmv2 switch does not); queues are
+when it enters the queue, so no later command can hold it). The program obeys PAUSE
+and PFC at its ports with a hold loop instead: each switch has a veth pair from port
+HOLD_PORT back to HOLD_RETURN_PORT, and a packet for a paused (port, class) goes round
+it, paced at the link rate, until the pause ends, still counted in its port's buffer
+(so PAUSE spreads from switch to switch). What the paused port's egress queue already
+held still leaves. Hosts obey PAUSE through hosts/pause_agent.py. Queues are
 configured over Thrift (simple_switch_CLI), not P4Runtime.
 """
 from __future__ import annotations
@@ -45,6 +49,10 @@ from incast.constants import P4_BUILD_DIR as BUILD_DIR
 MIN_VERSION = (1, 15, 1)          # per-priority queue depth/rate and the priority fix
 PRIORITY_QUEUES = 8
 TELEMETRY_PORT = 510
+HOLD_PORT = p4program.constants()["HOLD_PORT"]
+HOLD_RETURN_PORT = p4program.constants()["HOLD_RETURN_PORT"]
+HOLD_SPEEDUP = 4
+HOLD_MTU = 9000 + p4program.constants()["HOLD_TAG_BYTES"]
 # Shared with the P4 program: read from its source (incast.p4program).
 TELEMETRY_SESSION = p4program.constants()["TELEMETRY_SESSION"]
 PAUSE_MC_SESSION = p4program.constants()["PAUSE_MC_SESSION"]
@@ -129,7 +137,9 @@ class Bmv2Switch(Switch):
     """A Mininet switch that is a simple_switch process running incast.p4.
 
     Port n of the switch is Mininet's port n; port 510 is the telemetry port, a veth
-    whose other end (<name>-telc) the collector reads."""
+    whose other end (<name>-telc) the collector reads; ports 508 and 509 are the two
+    ends of its hold loop (<name>-hold, <name>-holdr), where packets for a paused port
+    wait."""
 
     def __init__(self, name, json_path=None, device_id=0, log_dir=None, **params):
         Switch.__init__(self, name, **params)
@@ -140,11 +150,18 @@ class Bmv2Switch(Switch):
         self.proc = None
         self.tel_intf = f"{name}-tel"
         self.collector_intf = f"{name}-telc"
+        self.hold_intf = f"{name}-hold"
+        self.hold_return_intf = f"{name}-holdr"
 
     def start(self, controllers):
         netdev.add_veth(self.tel_intf, self.collector_intf)
+        netdev.add_veth(self.hold_intf, self.hold_return_intf)
         ports = [(self.ports[i], i.name) for i in self.intfList() if i.name != "lo"]
-        links = [n for _, n in ports] + [self.tel_intf, self.collector_intf]
+        links = [n for _, n in ports] + [self.tel_intf, self.collector_intf, self.hold_intf, self.hold_return_intf]
+        # A frame in the hold loop carries a tag in front: room for it above the largest
+        # link.mtu
+        # (a packet socket refuses a frame longer than the MTU and its header).
+        netdev.batch("ip", [f"link set dev {n} mtu {HOLD_MTU}" for n in (self.hold_intf, self.hold_return_intf)])
         netdev.set_up(links)
         netdev.offloads_off(links)
         args = [tool("simple_switch"), "--device-id", str(self.device_id), "--thrift-port",
@@ -153,7 +170,8 @@ class Bmv2Switch(Switch):
             args += ["-i", f"{number}@{intf}"]
         # bmv2's nanomsg notification socket is a file: one per switch of this run.
         self.notify = f"/run/incast/{os.environ.get('INCAST_RUN', 'incast')}-{self.name}.notify"
-        args += ["-i", f"{TELEMETRY_PORT}@{self.tel_intf}", "--notifications-addr", f"ipc://{self.notify}",
+        args += ["-i", f"{HOLD_PORT}@{self.hold_intf}", "-i", f"{HOLD_RETURN_PORT}@{self.hold_return_intf}",
+                 "-i", f"{TELEMETRY_PORT}@{self.tel_intf}", "--notifications-addr", f"ipc://{self.notify}",
                  str(self.json_path),
                  "--", "--priority-queues", str(PRIORITY_QUEUES)]
         log = open(self.log_dir / f"{self.name}.bmv2.log", "wb") if self.log_dir else subprocess.DEVNULL
@@ -177,6 +195,7 @@ class Bmv2Switch(Switch):
             self.proc.kill()
             self.proc.wait()
         netdev.delete_link(self.tel_intf)
+        netdev.delete_link(self.hold_intf)
         Path(getattr(self, "notify", "/nonexistent")).unlink(missing_ok=True)
         super().stop(deleteIntfs)
 
@@ -203,6 +222,7 @@ def mac_int(mac: str) -> int:
 
 class Bmv2DataPlane(DataPlane):
     name = "bmv2"
+    pause_ports: pd.DataFrame | None = None     # stop_flow_control's report: one row per port
 
     @classmethod
     def require(cls, features, scenario) -> list[str]:
@@ -254,8 +274,14 @@ class Bmv2DataPlane(DataPlane):
                 cmds.append(f"set_queue_depth {backstop} {p.number} {prio}")
                 cmds.append(f"set_queue_rate {pps} {p.number} {prio}")
                 cmds.append(f"register_write limit_bytes {p.number * 8 + c} {limit}")
+        # The hold loop: paced at four times the fastest port, so that after a pause,
+        # when a held packet may leave only as the oldest of its queue and the others
+        # go round again, the loop still delivers faster than the port sends; deep
+        # enough for every port's buffer.
+        hold_pps = HOLD_SPEEDUP * link_pps(max([port_rate(p, s) for p in host_ports] or [s.link.rate]), mtu)
         for prio in range(PRIORITY_QUEUES):
             cmds.append(f"set_queue_depth 16384 {TELEMETRY_PORT} {prio}")
+            cmds += [f"set_queue_depth 16384 {HOLD_PORT} {prio}", f"set_queue_rate {hold_pps} {HOLD_PORT} {prio}"]
         for h in net.hosts:
             if h.name in toward:
                 cmds.append(f"table_add IncastIngress.l2_forward IncastIngress.set_egress {h.MAC()} => "
@@ -284,7 +310,9 @@ class Bmv2DataPlane(DataPlane):
                "quanta": quanta, "pause_us": pause_us, "refresh_us": pause_us // 2,
                "tel_mode": mode, "tel_n": param if mode == 2 else 1,
                "tel_threshold": param if mode == 4 else 0, "tel_delta": param if mode == 3 else 0,
-               "late_us": LATE_US, "ecn_k": s.switch.ecn or 0, "pfc": int(s.switch.pause.pfc)}
+               "late_us": LATE_US, "ecn_k": s.switch.ecn or 0, "pfc": int(s.switch.pause.pfc),
+               # A switch that sends PAUSE obeys it: one quantum is 512 bit times.
+               "obey": int(s.switch.pause.enabled), "quantum_us1024": round(512 / s.link.rate * 1e6 * 1024)}
         cmds += [f"register_write cfg {CFG[k]} {v}" for k, v in cfg.items()]
         cmds.append(f"mirroring_add {TELEMETRY_SESSION} {TELEMETRY_PORT}")
         for p in host_ports:
@@ -353,7 +381,51 @@ class Bmv2DataPlane(DataPlane):
             reads = [("c", n, i) for n in names for i in numbers]
             for (_, name, _), line in zip(reads, self._read(sw, reads)):
                 out[names[name]] += _parse_value(line)[0]
+        ports = getattr(self, "pause_ports", None)
+        if ports is not None and len(ports):     # what the switches obeyed (stop_flow_control)
+            out.update({"switch_pause_frames_received": int(ports["pause_received"].sum()),
+                        "switch_held_ms": round(float(ports["held_ms"].sum()), 3),
+                        "switch_held_packets": int(ports["held_packets"].sum()),
+                        "switch_sent_while_paused": int(ports["sent_while_paused"].sum())})
         return out
+
+    def stop_flow_control(self) -> pd.DataFrame | None:
+        """Per switch port: PAUSE/PFC frames sent and received, how long its peer held it
+        (held_ms: the pauses received, summed over its class queues, as the linux data
+        plane reports), the packets that waited in the hold loop meanwhile, and those
+        that left while it was paused (sent_while_paused: what its egress queue held
+        when the pause came, which bmv2 cannot stop)."""
+        if not self.scenario.switch.pause.enabled or not self.switches:
+            return None
+        classes = len(self.scenario.switch.class_limits(self.scenario.link.mtu))
+        rows = []
+        for sw in self.switches:
+            ports = [p for p in self.ports if p.switch == sw.name]
+            reads = []
+            for p in ports:
+                reads += [("c", "IncastEgress.pause_port_tx", p.number), ("c", "IncastEgress.xon_port_tx", p.number),
+                          ("c", "IncastIngress.pause_rx", p.number), ("c", "IncastIngress.xon_rx", p.number)]
+                for c in range(classes):
+                    q = p.number * 8 + c
+                    reads += [("r", "rx_held_us", q), ("r", "rx_mark", q), ("r", "rx_until", q),
+                              ("c", "IncastIngress.held", q), ("c", "IncastEgress.sent_while_paused", q),
+                              ("r", "hold_head", q), ("r", "hold_tail", q)]
+            values = iter(v for v, _ in map(_parse_value, self._read(sw, reads)))
+            for p in ports:
+                row = {"switch": sw.name, "port": p.name, "peer": p.peer, "pause_sent": next(values),
+                       "xon_sent": next(values), "pause_received": next(values), "xon_received": next(values)}
+                held_us = held_packets = leaked = left = 0
+                for _ in range(classes):
+                    acc, mark, until = next(values), next(values), next(values)
+                    held_us += acc + max(0, until - mark)   # the last pause has ended by now
+                    held_packets += next(values)
+                    leaked += next(values)
+                    head, tail = next(values), next(values)
+                    left += (tail - head) % 2**32
+                rows.append({**row, "held_ms": round(held_us / 1000, 3), "held_packets": held_packets,
+                             "sent_while_paused": leaked, "held_at_end": left})
+        self.pause_ports = pd.DataFrame(rows)
+        return self.pause_ports
 
     def health(self, sent_packets: int) -> tuple[dict, list[str]]:
         """Whether bmv2 kept up: the longest wait of a packet before its egress queue

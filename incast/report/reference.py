@@ -66,13 +66,13 @@ NOTES = {
     "switch.qos.weights": "e.g. `[2, 1, 1, 1]`",
     "switch.qos.dscp_map": "e.g. `{ 10 = 1, 18 = 2 }`; unmapped DSCPs go to class 0",
     "switch.qos.sender_class": "e.g. `[0, 1]`",
-    "switch.pause.enabled": "802.3x PAUSE from the switch (bmv2: sent; linux: sent and obeyed, needs the "
-                            "`plug` qdisc: virtual time)",
+    "switch.pause.enabled": "802.3x PAUSE from the switch, and obeyed at its ports (bmv2: a hold loop; "
+                            "linux: needs the `plug` qdisc: virtual time)",
     "switch.pause.xoff": "threshold, bytes in the port's queues (linux: each class queue's, from its share); "
                          "default: the buffer less two full frames per sender, but no more than half and no "
                          "less than an eighth of the buffer",
     "switch.pause.xon": "threshold, bytes in the port's queues; default: a quarter of XOFF",
-    "switch.pause.pfc": "bmv2: sent; linux: sent and obeyed",
+    "switch.pause.pfc": "802.1Qbb PFC per class instead, sent and obeyed",
     "switch.pause.watchdog": "linux: the pause watchdog; unset: none (`--set switch.pause.watchdog=none`)",
     "switch.pause.watchdog.action": "`drop` what arrives for a stormed queue, or `forward` it anyway",
     "switch.pause.storm": "a host's NIC sends PAUSE for `duration`, from `after` past the first measured block",
