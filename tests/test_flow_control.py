@@ -66,9 +66,10 @@ def check_pause_stops_the_innocent_flow(runs, lossless: bool = True) -> None:
     assert innocent_pause < 0.5 * innocent_none, (innocent_pause, innocent_none)
 
 
-def check_pfc_pauses_only_the_congested_class(runs) -> None:
+def check_pfc_pauses_only_the_congested_class(runs, lossless: bool = True) -> None:
     pfc, pause = runs["pfc"], runs["pause"]
-    assert pfc["drops"] == 0, pfc["drops"]
+    if lossless:
+        assert pfc["drops"] == 0, pfc["drops"]
     # The trunk's class-1 queue kept flowing: far1 (class 1 only) was never stopped.
     (innocent_pfc,), (innocent_pause,) = pfc["background_mbps"], pause["background_mbps"]
     assert innocent_pfc > 2 * innocent_pause, (innocent_pfc, innocent_pause)   # measured 470.8 vs 133.9
