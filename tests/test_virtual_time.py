@@ -95,22 +95,26 @@ def test_rerun_with_drops_repeats_the_statistics(tmp_path, no_leftovers):
 @needs("uml-stock")
 def test_collapse_and_hrtimer_recovery_at_40_servers(tmp_path, no_leftovers):
     """Both kernels end to end at 40 servers (1 MiB blocks through a 64 KiB buffer at
-    1 Gbit/s, this kernel's default TCP otherwise): with the stock 200 ms minimum RTO a
-    block waits out a timer of RTOmin; with microsecond RTOs on the hrtimer kernel none
-    does, and goodput is higher. The timer is an RTO, or a tail loss probe: with one
-    segment in flight Linux adds RTOmin to the probe's timeout (tcp_schedule_loss_probe),
-    and some runs recover every lost tail that way (measured: 0, 0 and 3 RTOs with 487-501
-    loss probes in three runs, each with blocks of 207-216 ms). (Goodput, seeds 1-3 at an
-    earlier commit: 200.1, 98.6, 99.0 Mbit/s; 552.8, 553.7, 559.1.) The papers' thresholds
-    (below 10% and above 85% of the link) are judged in the papers' setting, over
-    repetitions: the sigcomm09-fig1 figure's claims."""
+    1 Gbit/s, this kernel's default TCP otherwise): the stock kernel loses tails and
+    recovers them by timer, and where an RTO fired its block waited out the 200 ms
+    RTOmin; with microsecond RTOs on the hrtimer kernel no block waits that long, and
+    goodput is higher. Not every run has an RTO: a tail loss probe recovers most tails
+    within two round trips (with one segment in flight Linux adds RTOmin to the probe's
+    timeout, tcp_schedule_loss_probe, and such a block waits 200 ms too). Measured: 0, 0
+    and 3 RTOs with 487-501 probes in three runs, each with blocks of 207-216 ms; one
+    run with 0 RTOs and 479 probes whose longest block took 63.8 ms. (Goodput, seeds 1-3
+    at an earlier commit: 200.1, 98.6, 99.0 Mbit/s; 552.8, 553.7, 559.1.) The papers'
+    thresholds (below 10% and above 85% of the link) are judged in the papers' setting,
+    over repetitions: the sigcomm09-fig1 figure's claims."""
     args = ["--clock", "virtual", "--link-rate", "1Gbit", "--buffer", "64KiB", "--workload", "fixed-block",
             "--block", "1MiB", "--blocks", "20", "--warmup", "3", "--cc", "reno", "--senders", "40"]
     stock = run_json(*args, "--kernel", "stock", "--rto-min", "200ms", "--out", tmp_path / "stock")
     hr = run_json(*args, "--kernel", "hrtimer", "--rto-min", "200us", "--out", tmp_path / "hr")
-    # A block that lost its tail waits the whole 200 ms RTOmin; with 200 us none can.
+    # Tails were lost and recovered by timer; an RTO's block waited the whole 200 ms
+    # RTOmin; with 200 us none can.
     timers = pd.read_parquet(tmp_path / "stock" / "counters.parquet")[["TCPTimeouts", "TCPLossProbes"]].sum()
-    assert timers.sum() > 0 and stock["block_ms_max"] > 200, (stock, timers.to_dict())
+    assert timers.sum() > 0, timers.to_dict()
+    assert timers["TCPTimeouts"] == 0 or stock["block_ms_max"] > 200, (stock, timers.to_dict())
     assert hr["block_ms_max"] < 200, hr
     assert hr["goodput_mbps"] > stock["goodput_mbps"], (stock, hr)
 
