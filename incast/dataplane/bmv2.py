@@ -52,7 +52,7 @@ TELEMETRY_PORT = 510
 HOLD_PORT = p4program.constants()["HOLD_PORT"]
 HOLD_RETURN_PORT = p4program.constants()["HOLD_RETURN_PORT"]
 HOLD_SPEEDUP = 4
-HOLD_MTU = 9000 + p4program.constants()["HOLD_TAG_BYTES"]
+HOLD_MTU = 9000 + p4program.constants()["HOLD_TAG_BYTES"]   # 9000: link.mtu's largest
 # Shared with the P4 program: read from its source (incast.p4program).
 TELEMETRY_SESSION = p4program.constants()["TELEMETRY_SESSION"]
 PAUSE_MC_SESSION = p4program.constants()["PAUSE_MC_SESSION"]
@@ -159,8 +159,7 @@ class Bmv2Switch(Switch):
         ports = [(self.ports[i], i.name) for i in self.intfList() if i.name != "lo"]
         links = [n for _, n in ports] + [self.tel_intf, self.collector_intf, self.hold_intf, self.hold_return_intf]
         # A frame in the hold loop carries a tag in front: room for it above the largest
-        # link.mtu
-        # (a packet socket refuses a frame longer than the MTU and its header).
+        # link.mtu (a packet socket refuses a frame longer than the MTU and its header).
         netdev.batch("ip", [f"link set dev {n} mtu {HOLD_MTU}" for n in (self.hold_intf, self.hold_return_intf)])
         netdev.set_up(links)
         netdev.offloads_off(links)
@@ -381,7 +380,7 @@ class Bmv2DataPlane(DataPlane):
             reads = [("c", n, i) for n in names for i in numbers]
             for (_, name, _), line in zip(reads, self._read(sw, reads)):
                 out[names[name]] += _parse_value(line)[0]
-        ports = getattr(self, "pause_ports", None)
+        ports = self.pause_ports
         if ports is not None and len(ports):     # what the switches obeyed (stop_flow_control)
             out.update({"switch_pause_frames_received": int(ports["pause_received"].sum()),
                         "switch_held_ms": round(float(ports["held_ms"].sum()), 3),

@@ -221,10 +221,16 @@ class Explanation:
             "capture_dropped": self.capture_dropped,
         }
 
-    def consistent(self, found: int) -> bool | None:
+    def allowed(self) -> tuple[int, int] | None:
+        """The timeouts a trace may find, by the kernel's counts: at least its RTOs
+        less the retransmissions it deferred, at most its RTOs plus loss probes."""
         if self.kernel_timeouts is None or self.kernel_probes is None:
             return None
-        return self.kernel_timeouts - (self.kernel_deferred or 0) <= found <= self.kernel_timeouts + self.kernel_probes
+        return self.kernel_timeouts - (self.kernel_deferred or 0), self.kernel_timeouts + self.kernel_probes
+
+    def consistent(self, found: int) -> bool | None:
+        bounds = self.allowed()
+        return None if bounds is None else bounds[0] <= found <= bounds[1]
 
     def text(self) -> str:
         t = self.table3()
@@ -244,9 +250,9 @@ class Explanation:
                  f"(a timeout: the first unacked segment resent after {FLOOR_MARGIN:.0%} of "
                  f"{self.floor_us:.0f} us + srtt of silence)"]
         if t["consistent_with_kernel"] is False:
-            low = t['kernel_timeouts'] - (t['kernel_deferred_retransmits'] or 0)
+            low, high = self.allowed()
             lines.append(f"note: the trace finds {t['timeouts']} where the kernel's counts allow "
-                         f"{low}-{t['kernel_timeouts'] + t['kernel_loss_probes']}: "
+                         f"{low}-{high}: "
                          "the classes above may not cover every timeout")
         if t["capture_dropped"]:
             lines.append(f"note: the capture lost {t['capture_dropped']} packets: classes may be wrong")
