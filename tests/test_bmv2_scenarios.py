@@ -23,6 +23,11 @@ BUFFER = 32 * 1024
 BASE = {"--switch": "bmv2", "--link-rate": "10Mbit", "--buffer": "32KiB", "--sru": "8KiB",
         "--cc": "reno", "--rto-min": "200ms", "--blocks": "20", "--warmup": "2"}
 SENDERS = 8
+# The collapse claims are judged on 100 blocks. At 10 Mbit/s a block takes ~60 ms and a
+# 200 ms RTO costs four blocks' time, and how many blocks wait one out varies from run
+# to run (1-11 of 20 in 16 runs): 20 blocks put a run's goodput across the claim's
+# threshold in some runs (measured 2.7-5.8 Mbit/s against 0.65 x 8.8 = 5.7).
+JUDGED = {"blocks": 100}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,8 +45,8 @@ def measure(tmp_path_factory):
 
 
 def test_bmv2_collapse_with_200ms_rto(measure):
-    one, many = measure(senders=1), measure(senders=SENDERS)
-    # Measured: one server 8.9 Mbit/s; eight servers 2.9-3.5 Mbit/s with 8-18 timeouts.
+    one, many = measure(senders=1, **JUDGED), measure(senders=SENDERS, **JUDGED)
+    # Measured: one server 8.9 Mbit/s; eight servers 2.7-5.8 Mbit/s over 20 blocks.
     assert one["goodput_mbps"] > 0.8 * one["link_mbps"], one
     assert many["goodput_mbps"] < 0.65 * one["goodput_mbps"], (one, many)
     assert many["timeouts"] > 0 and many["bottleneck_drops"] > 0, many
@@ -61,7 +66,8 @@ def test_bmv2_collapse_with_200ms_rto(measure):
 
 
 def test_bmv2_recovery_with_lowest_rto_min(measure):
-    slow, fast = measure(senders=SENDERS), measure(senders=SENDERS, rto_min="min")
+    slow = measure(senders=SENDERS, **JUDGED)
+    fast = measure(senders=SENDERS, rto_min="min", **JUDGED)
     # Measured: 5.6-7.2 Mbit/s against 2.9-3.8 (20 blocks on a 2-core machine; the
     # smallest ratio seen, 1.48). Not the link: at 10 Mbit/s a full 32 KiB queue is
     # 26 ms, so the RTO (SRTT + 4 RTTVAR) is far above the 4 ms floor.
@@ -75,7 +81,7 @@ def measure_faithful(tmp_path_factory):
 
 
 def test_bmv2_pause_removes_the_collapse(measure, measure_faithful):
-    plain = measure(senders=SENDERS)
+    plain = measure(senders=SENDERS, **JUDGED)
     try:
         paused = measure_faithful(senders=SENDERS, pause="on")
     except NotFaithful as e:
@@ -89,7 +95,8 @@ def test_bmv2_pause_removes_the_collapse(measure, measure_faithful):
     # PAUSE); one drop that costs a 200 ms timeout leaves ~7 Mbit/s.
     assert paused["goodput_mbps"] >= 1.5 * plain["goodput_mbps"], (plain, paused)
     assert paused["goodput_mbps"] > 0.65 * paused["link_mbps"], paused
-    assert paused["bottleneck_drops"] <= 0.25 * plain["bottleneck_drops"], (plain, paused)
+    per_block = int(BASE["--blocks"]) / JUDGED["blocks"]
+    assert paused["bottleneck_drops"] <= 0.25 * per_block * plain["bottleneck_drops"], (plain, paused)
     # The machinery did it: XOFF and XON events, frames sent and obeyed.
     assert paused["pause_xoff_events"] > 0 and paused["pause_xon_events"] > 0, paused
     assert paused["pause_frames"] > 0 and paused["pause_frames_received"] > 0, paused

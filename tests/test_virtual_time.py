@@ -188,13 +188,19 @@ def test_dctcp_keeps_the_queue_near_the_marking_threshold(tmp_path, no_leftovers
 @needs("uml-stock")
 def test_dctcp_with_marking_avoids_the_collapse_reno_suffers(tmp_path, no_leftovers):
     """Figure 1's 16 servers through 64 KiB: Reno (200 ms RTOmin) loses whole windows
-    and waits out RTOs (measured 117-179 Mbit/s in four runs, 554 in one without a
-    timeout); DCTCP with K = 16 KiB neither drops nor times out (940.8 Mbit/s). With 16
-    flows DCTCP's floor of two segments each, not K, sets its queue (mean 36 KB)."""
+    and waits out RTOs; DCTCP with K = 16 KiB neither drops nor times out (940.8 Mbit/s).
+    With 16 flows DCTCP's floor of two segments each, not K, sets its queue (mean 36 KB).
+    A 20-block Reno run waits out from none to six RTOs (measured 117-363 Mbit/s, and
+    554 and 701 in runs that waited out none), so Reno is judged over three request
+    orders pooled: their bytes over their time."""
     args = [*ECN, "--senders", "16", "--block", "1MiB", "--blocks", "20", "--warmup", "3"]
     dctcp = run_json(*args, *MARK_16K, "--cc", "dctcp", "--out", tmp_path / "dctcp")
-    reno = run_json(*args, "--cc", "reno", "--out", tmp_path / "reno")      # the same buffer, no marking
+    renos = [run_json(*args, "--cc", "reno", "--seed", str(seed), "--out", tmp_path / f"reno{seed}")
+             for seed in range(3)]                  # the same buffer, no marking
     limit = dctcp["link_mbps"] * PAYLOAD_SHARE
     assert dctcp["goodput_mbps"] > 0.95 * limit and dctcp["timeouts"] == 0, dctcp
     assert dctcp["ecn_marks"] > 0 and dctcp["bottleneck_drops"] <= 5
-    assert reno["goodput_mbps"] < 0.7 * dctcp["goodput_mbps"] and reno["bottleneck_drops"] > 100, reno
+    # Equal work per run, so the pooled goodput is the harmonic mean of the runs'.
+    pooled = len(renos) / sum(1 / r["goodput_mbps"] for r in renos)
+    assert pooled < 0.7 * dctcp["goodput_mbps"], [r["goodput_mbps"] for r in renos]
+    assert all(r["bottleneck_drops"] > 100 for r in renos), renos
