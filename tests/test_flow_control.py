@@ -48,14 +48,13 @@ def two_switch_runs(root, common: tuple = ()) -> dict:
         common)
 
 
-def check_pause_stops_the_innocent_flow(runs, lossless: bool = True) -> None:
+def check_pause_stops_the_innocent_flow(runs) -> None:
     """What 802.3x PAUSE across two switches must show (the linux and bmv2 planes)."""
     pause, none = runs["pause"], runs["none"]
     # Lossless: every switch queue stayed within its buffer (measured: 0 drops; with no
     # flow control 1719 drops and 18 timeouts).
     assert none["drops"] > 100, none["drops"]
-    if lossless:
-        assert pause["drops"] == 0, pause["drops"]
+    assert pause["drops"] == 0, pause["drops"]
     # Head-of-line blocking: s1 paused the trunk, s2 held it and paused far1 in turn.
     ports = pd.read_parquet(pause["dir"] / "pause_ports.parquet").set_index("port")
     trunk_at_s2 = ports[(ports["switch"] == "s2") & (ports["peer"] == "s1")].iloc[0]
@@ -66,10 +65,9 @@ def check_pause_stops_the_innocent_flow(runs, lossless: bool = True) -> None:
     assert innocent_pause < 0.5 * innocent_none, (innocent_pause, innocent_none)
 
 
-def check_pfc_pauses_only_the_congested_class(runs, lossless: bool = True) -> None:
+def check_pfc_pauses_only_the_congested_class(runs) -> None:
     pfc, pause = runs["pfc"], runs["pause"]
-    if lossless:
-        assert pfc["drops"] == 0, pfc["drops"]
+    assert pfc["drops"] == 0, pfc["drops"]
     # The trunk's class-1 queue kept flowing: far1 (class 1 only) was never stopped.
     (innocent_pfc,), (innocent_pause,) = pfc["background_mbps"], pause["background_mbps"]
     assert innocent_pfc > 2 * innocent_pause, (innocent_pfc, innocent_pause)   # measured 470.8 vs 133.9
