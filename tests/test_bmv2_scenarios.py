@@ -60,9 +60,11 @@ def test_bmv2_collapse_with_200ms_rto(measure):
     import pandas as pd
     queues = pd.read_parquet(f"{many['run_dir']}/queues.parquet")
     assert many["switch_ingress_late_packets"] < 0.05 * queues["sent_packets"].sum(), many
-    # Once the last block is in, the program's occupancy registers are back to zero:
-    # no update between ingress and egress was lost (a lost one leaks buffer for good).
-    assert (queues["backlog_bytes"] == 0).all(), queues[["port", "queue", "backlog_bytes"]]
+    # Once the run is over, the program's occupancy registers are back to zero: no
+    # update between ingress and egress was lost (a lost one leaks buffer for good).
+    # (When the last block is in, retransmissions the client did not need may still
+    # be queued: queues.parquet's backlog_bytes, measured then, need not be 0.)
+    assert many["switch_buffer_end_bytes"] == 0, many
 
 
 def test_bmv2_recovery_with_lowest_rto_min(measure):
