@@ -288,6 +288,12 @@ class CliSession:
         self.proc.stdout.close()
 
 
+def queue_index(port: int, cls: int) -> int:
+    """Index of (port, class) in the program's per-queue registers and counters (its
+    meta.qidx: port * 8 + class)."""
+    return port * 8 + cls
+
+
 def link_pps(rate_bps: int, mtu: int) -> int:
     """bmv2 paces queues in packets per second: full-size frames at the link rate."""
     return max(1, int(rate_bps / (8 * (mtu + ETH_HLEN + WIRE_OVERHEAD))))
@@ -350,7 +356,7 @@ class Bmv2DataPlane(DataPlane):
                 backstop = limit // 60 + 8   # more packets than the byte limit can ever admit
                 cmds.append(f"set_queue_depth {backstop} {p.number} {prio}")
                 cmds.append(f"set_queue_rate {pps} {p.number} {prio}")
-                cmds.append(f"register_write limit_bytes {p.number * 8 + c} {limit}")
+                cmds.append(f"register_write limit_bytes {queue_index(p.number, c)} {limit}")
         # The hold loop: paced at four times the fastest port, so that after a pause,
         # when a held packet may leave only as the oldest of its queue and the others
         # go round again, the loop still delivers faster than the port sends; deep
@@ -378,8 +384,8 @@ class Bmv2DataPlane(DataPlane):
             # PFC: each class queue against its own XOFF/XON (as the linux plane's).
             for p in host_ports:
                 for c, (cx, cy) in enumerate(s.switch.class_pause_thresholds(mtu, s.topology.senders)):
-                    cmds += [f"register_write xoff_bytes {p.number * 8 + c} {cx}",
-                             f"register_write xon_bytes {p.number * 8 + c} {cy}"]
+                    cmds += [f"register_write xoff_bytes {queue_index(p.number, c)} {cx}",
+                             f"register_write xon_bytes {queue_index(p.number, c)} {cy}"]
         quanta = s.switch.pause.quanta
         pause_us = int(quanta * 512 / s.link.rate * 1e6)
         mode, param = s.telemetry.sample_mode() if s.telemetry.enabled else (0, 0)
@@ -425,7 +431,7 @@ class Bmv2DataPlane(DataPlane):
             reads = []
             for p in ports:
                 for c in range(len(limits)):
-                    i = p.number * 8 + c
+                    i = queue_index(p.number, c)
                     reads += [("c", "IncastEgress.tx", i), ("c", "IncastIngress.drops", i),
                               ("r", "occ_bytes", i), ("c", "IncastIngress.ecn_marks", i)]
             lines = self._read(sw, reads)
@@ -483,7 +489,7 @@ class Bmv2DataPlane(DataPlane):
                 reads += [("c", "IncastEgress.pause_port_tx", p.number), ("c", "IncastEgress.xon_port_tx", p.number),
                           ("c", "IncastIngress.pause_rx", p.number), ("c", "IncastIngress.xon_rx", p.number)]
                 for c in range(classes):
-                    q = p.number * 8 + c
+                    q = queue_index(p.number, c)
                     reads += [("r", "rx_held_us", q), ("r", "rx_mark", q), ("r", "rx_until", q),
                               ("c", "IncastIngress.held", q), ("c", "IncastEgress.sent_while_paused", q),
                               ("r", "hold_head", q), ("r", "hold_tail", q)]
@@ -544,7 +550,7 @@ class Bmv2DataPlane(DataPlane):
         limits = s.switch.class_limits(s.link.mtu)
         room = sum(limits) * (1 if s.switch.buffer is not None else s.link.mtu + ETH_HLEN)
         ports = [p for p in self.ports if p.switch == sw.name]
-        reads = [("r", "occ_bytes", p.number * 8 + c) for p in ports for c in range(len(limits))]
+        reads = [("r", "occ_bytes", queue_index(p.number, c)) for p in ports for c in range(len(limits))]
         slowest = min(port_rate(p, s) for p in ports)
         deadline = time.monotonic() + 2 * room * 8 / slowest + 0.05
         while True:
