@@ -62,6 +62,87 @@ def test_other_reasons(kw, reason):
     assert not f["ok"] and any(r.startswith(reason) for r in f["reasons"]), f
 
 
+def test_niced_work_beside_a_run_does_not_saturate_its_cpu():
+    # A build under nice -n 19 fills both CPUs; the emulation's nice-0 work still gets
+    # them. Only work at normal priority makes a CPU "saturated".
+    niced = {"cpu_busy": 1.0, "cpu_busy_max": 1.0, "cpu_contended_max": 0.41, "cpu_niced": 0.62,
+             "cpu_others": 0.0}
+    f = fidelity.assess([_row("s1-eth1", "switch", 1.0)], None, niced, 0, [], True, measured_ms=1000)
+    assert f["ok"], f
+    assert f["cpu_niced"] == 0.62 and f["cpu_busy_max"] == 1.0     # reported beside the verdict
+    hog = {"cpu_busy": 1.0, "cpu_busy_max": 1.0, "cpu_contended_max": 1.0, "cpu_niced": 0.0,
+           "cpu_others": 0.48, "cpu_others_top": "hog 48%"}
+    f = fidelity.assess([_row("s1-eth1", "switch", 1.0)], None, hog, 0, [], True, measured_ms=1000)
+    assert not f["ok"]
+    assert f["reasons"] == ["a CPU saturated (100% busy at normal priority; niced work 0% of the CPUs; "
+                            "other processes at normal priority 48% (hog 48%))"]
+
+
+def test_a_niced_hog_beside_a_run_yields_but_a_link_it_starves_still_fails():
+    # Links are judged by their service whatever the CPU reads: a link served short
+    # with niced work beside is not faithful.
+    niced = {"cpu_busy": 1.0, "cpu_busy_max": 1.0, "cpu_contended_max": 0.5, "cpu_niced": 0.5}
+    f = fidelity.assess([_row("s1-eth1", "switch", 0.80)], None, niced, 0, [], True, measured_ms=1000)
+    assert not f["ok"] and f["reasons"][0].startswith("s1-eth1 served at 80%")
+
+
+def test_the_cpu_shares_of_two_snapshots():
+    from incast.measure import cpu
+    # Two CPUs, 100 ticks each: CPU 0 all niced work; CPU 1 half the run's, half idle.
+    before = cpu.Snapshot([[0] * 8, [0] * 8], {
+        10: cpu.Process(0, 0, "editor", False), 11: cpu.Process(0, 19, "cc1", False),
+        12: cpu.Process(0, 0, "server", True)})
+    after = cpu.Snapshot([[0, 100, 0, 0, 0, 0, 0, 0], [30, 0, 10, 50, 0, 0, 10, 0]], {
+        10: cpu.Process(20, 0, "editor", False), 11: cpu.Process(100, 19, "cc1", False),
+        12: cpu.Process(20, 0, "server", True)})
+    u = cpu.use(before, after)
+    assert u["cpu_busy"] == 0.75 and u["cpu_busy_max"] == 1.0
+    assert u["cpu_niced"] == 0.5
+    assert u["cpu_contended_max"] == 0.5          # CPU 1: user + system + softirq
+    assert u["cpu_others"] == 0.1 and u["cpu_others_top"] == "editor 10%"   # niced cc1 and ours left out
+    assert u["cpu_run"] == 0.15
+
+
+def _hogs(nice: int):
+    """One CPU-bound process per CPU at this niceness (not in the run's tree)."""
+    import os
+    import subprocess
+    import sys
+    # Named (PR_SET_NAME) so the reports can be searched for it.
+    code = "import ctypes; ctypes.CDLL(None).prctl(15, b'incast-hog', 0, 0, 0)\nwhile True: pass"
+    return [subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-c", code])
+            for _ in range(len(os.sched_getaffinity(0)))]
+
+
+def test_processes_tell_niced_and_normal_work_apart():
+    import os
+    import time
+    import subprocess
+    from incast.measure import cpu
+    hogs = _hogs(19)
+    # The run: a process of its own, so that the hogs (this test's children) are not in
+    # its tree, as a build beside `incast run` is not.
+    run = subprocess.Popen(["sleep", "30"])
+    try:
+        before = cpu.snapshot(root=run.pid)
+        time.sleep(1.0)             # the measured window: the hogs run meanwhile
+        after = cpu.snapshot(root=run.pid)
+    finally:
+        for h in [*hogs, run]:
+            h.kill()
+            h.wait()
+    u = cpu.use(before, after)
+    total = sum(sum(a) - sum(b) for a, b in zip(after.cpus, before.cpus))
+    hog_ticks = sum(after.procs[h.pid].ticks - before.procs[h.pid].ticks for h in hogs)
+    assert hog_ticks > 0 and all(after.procs[h.pid].nice == 19 for h in hogs)
+    assert not any(before.procs[h.pid].ours for h in hogs)      # not the run's
+    # The niced hogs show as niced work (with whatever else ran niced) ...
+    assert u["cpu_niced"] >= 0.9 * hog_ticks / total - 0.01, (u, hog_ticks, total)
+    # ... and not as other processes at normal priority.
+    assert "incast-hog" not in u["cpu_others_top"], u
+    assert before.procs[run.pid].ours and not before.procs[os.getpid()].ours
+
+
 def test_the_flag_survives_into_sweep_rows_and_plots(tmp_path):
     import matplotlib
     matplotlib.rcParams["svg.fonttype"] = "none"     # text stays text in the SVG
@@ -128,6 +209,40 @@ def test_one_sender_at_the_calibrated_rate_reaches_93_percent(tmp_path, no_lefto
     assert s["link_mbps"] * 1e6 == faithful_rate_bps(1)
     # 1448 payload bytes in 1538 on the wire: 94.1% is the ceiling.
     assert s["goodput_mbps"] >= 0.93 * s["link_mbps"], runs
+
+
+@needs_root
+@pytest.mark.network
+@pytest.mark.parametrize("nice", [19, 0])
+def test_the_verdict_beside_a_cpu_hog_follows_the_links(tmp_path, no_leftovers, nice):
+    # A hog on every CPU: niced (a build beside the run) the emulation keeps its CPUs
+    # and its links, and the run is faithful; at normal priority it takes half of
+    # every CPU from the emulation, and the run is flagged.
+    rate = min(faithful_rate_bps(4), 100_000_000)
+    hogs = _hogs(nice)
+    runs = []
+    try:
+        for attempt in range(3):    # a run the machine stalled is flagged; measure again
+            s = run_json("--senders", "4", "--link-rate", str(rate), "--sru", "128KiB", "--blocks", "10",
+                         "--buffer", "256KiB", "--out", tmp_path / f"run{attempt}")
+            f = s["fidelity"]
+            runs.append((f["ok"], f["reasons"], f.get("min_service_ratio"), f.get("cpu_busy_max"),
+                         f.get("cpu_contended_max"), f.get("cpu_niced"), f.get("cpu_others")))
+            if nice == 0 or f["ok"]:
+                break
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    cpu_reasons = [r for r in f["reasons"] if r.startswith("a CPU saturated")]
+    if nice:
+        assert f["cpu_niced"] >= 0.3 and f["cpu_busy_max"] >= 0.9, runs     # the hog ran
+        assert not cpu_reasons, runs
+        assert f["ok"], runs
+    else:
+        assert f["cpu_others"] >= 0.3, runs
+        assert not f["ok"] and cpu_reasons, runs
+        assert "incast-hog" in cpu_reasons[0], runs      # named beside the verdict
 
 
 @needs_root

@@ -14,7 +14,7 @@ from pathlib import Path
 from incast.errors import MissingFeature
 
 CACHE_DIR = Path(os.environ.get("INCAST_CACHE", "/var/cache/incast")) / "calibration"
-VERSION = 7     # bump when the procedure or its criteria change
+VERSION = 8     # bump when the procedure or its criteria change
 LADDER_MBPS = [1000, 800, 600, 500, 400, 300, 200, 100, 50, 20, 10]
 
 
@@ -72,7 +72,15 @@ def describe(c: dict) -> list[str]:
     return [f"faithful link rate: {rates}",
             f"qdisc timer lateness p99 {c['timer_late_us_p99']} us; backlogged dequeues late by up to "
             f"{c['dequeue_lateness_us_p99']} us (p99); {c['cpu_us_per_packet']} us of CPU per forwarded packet",
-            f"calibrated {c['created']} in {c['seconds']} s ({len(c['trials'])} runs), cached as {cache_path()}"]
+            f"calibrated {c['created']} in {c['seconds']} s ({len(c['trials'])} runs), cached as {cache_path()}",
+            *([load_line(c["load"])] if c.get("load") else [])]
+
+
+def load_line(load: dict) -> str:
+    """The machine's other work during calibration (medians over its trials)."""
+    pct = lambda k: f"{100 * load[k]:.0f}%" if load.get(k) is not None else "?"   # noqa: E731
+    return (f"beside other work: CPUs {pct('cpu_busy')} busy, of which calibration's own {pct('cpu_run')}, "
+            f"niced work {pct('cpu_niced')}, other processes at normal priority {pct('cpu_others')}")
 
 
 def brief() -> dict | None:
@@ -80,8 +88,8 @@ def brief() -> dict | None:
     c = cached()
     if c is None:
         return None
-    return {k: c[k] for k in ("key", "created", "rates_bps", "timer_late_us_p99",
-                              "dequeue_lateness_us_p99", "cpu_us_per_packet")}
+    return {k: c.get(k) for k in ("key", "created", "rates_bps", "timer_late_us_p99",
+                                  "dequeue_lateness_us_p99", "cpu_us_per_packet", "load")}
 
 
 def resolve_auto_rate(scenario, senders: int | None = None):

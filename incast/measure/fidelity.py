@@ -11,7 +11,8 @@ therefore measures (like Mininet-HiFi's link monitor):
   (``build/bpf/link-monitor``: aggregates kept in BPF maps, nothing per packet leaves
   the kernel);
 * the lateness of the qdisc watchdog timers that pace those links;
-* CPU use over the measured blocks (busy and stolen by the hypervisor);
+* CPU use over the measured blocks: busy at normal priority (the emulation's and what
+  competes with it), niced work beside it, stolen by the hypervisor (incast.measure.cpu);
 * packets dropped outside the switch (full CPU input backlogs) and, on bmv2, packets
   the switch itself fell behind on (its health warning).
 
@@ -32,6 +33,7 @@ import numpy as np
 
 from incast.clock import REAL, Clock
 from incast.constants import BPF_BUILD_DIR
+from incast.measure.cpu import describe_load
 BINARY = BPF_BUILD_DIR / "link-monitor"
 SUB_BITS = 3            # LM_SUB_BITS in incast/bpf/link_monitor.h
 HIST_BUCKETS = 320      # LM_HIST_BUCKETS
@@ -46,9 +48,9 @@ MIN_SERVICE_RATIO = 0.95
 MAX_DEFICIT_SHARE = 0.01
 # Below this many backlogged dequeues a link's ratio is not evidence either way.
 MIN_BUSY_PACKETS = 50
-# A CPU this busy over the measured blocks is the bottleneck: one flow's packets are
-# processed mostly on one CPU, and a link too fast for it may never build a backlog to
-# judge. (Not every such link saturates a CPU: one sender at 20 Gbit/s here left the
+# A CPU this busy at normal priority over the measured blocks is the bottleneck: one
+# flow's packets are processed mostly on one CPU, and a link too fast for it may never
+# build a backlog to judge. (Not every such link saturates a CPU: one sender at 20 Gbit/s here left the
 # busiest at 75-90%; the calibrated rate catches those.)
 MAX_CPU_BUSY = 0.95
 
@@ -187,30 +189,6 @@ def link_rows(links: list[WatchedLink], raw: dict) -> list[dict]:
     return rows
 
 
-def cpu_times() -> list[list[int]]:
-    """Jiffies of each CPU from /proc/stat: user nice system idle iowait irq softirq steal."""
-    with open("/proc/stat") as f:
-        return [[int(x) for x in line.split()[1:9]] for line in f
-                if line.startswith("cpu") and line[3].isdigit()]
-
-
-def cpu_use(before: list[list[int]] | None, after: list[list[int]] | None) -> dict:
-    """Busy and stolen share of the CPUs between two cpu_times(): all CPUs together, and
-    the busiest one (one flow's packets are processed mostly on one CPU)."""
-    if not before or not after:
-        return {}
-    busy, total_all, idle_all, steal_all = [], 0, 0, 0
-    for b, a in zip(before, after):
-        d = [x - y for x, y in zip(a, b)]
-        total = sum(d) or 1
-        busy.append(1 - (d[3] + d[4]) / total)
-        total_all += total
-        idle_all += d[3] + d[4]
-        steal_all += d[7]
-    return {"cpu_busy": round(1 - idle_all / max(total_all, 1), 3), "cpu_busy_max": round(max(busy), 3),
-            "cpu_steal": round(steal_all / max(total_all, 1), 3)}
-
-
 def assess(rows: list[dict], watchdog: dict | None, cpu: dict, backlog_drops: int,
            dataplane_warnings: list[str], monitored: bool, measured_ms: float,
            rate_bps: int | None = None, faithful_bps: int | None = None, senders: int = 1,
@@ -252,8 +230,13 @@ def assess(rows: list[dict], watchdog: dict | None, cpu: dict, backlog_drops: in
                        f"while backlogged, {w['deficit_ms']:.0f} ms short in {measured_ms:.0f} ms{more}")
     if not monitored and clock.bpf:
         reasons.append("link rates not measured (build/bpf/link-monitor missing: scripts/build-bpf.sh)")
-    if cpu.get("cpu_busy_max", 0) >= MAX_CPU_BUSY and clock.cpu_can_saturate:
-        reasons.append(f"a CPU saturated ({100 * cpu['cpu_busy_max']:.0f}% busy)")
+    # Work at normal priority competes with the emulation; niced work (a build beside)
+    # yields to it within microseconds and is only reported (incast.measure.cpu).
+    contended = cpu.get("cpu_contended_max", cpu.get("cpu_busy_max", 0))
+    if contended >= MAX_CPU_BUSY and clock.cpu_can_saturate:
+        load = describe_load(cpu)
+        reasons.append(f"a CPU saturated ({100 * contended:.0f}% busy at normal priority"
+                       + (f"; {load})" if cpu.get("cpu_others", 0) >= 0.05 else ")"))
     if backlog_drops:
         reasons.append(f"{backlog_drops} packets dropped by full CPU input backlogs")
     for w in dataplane_warnings:

@@ -39,7 +39,8 @@ SUMMARY_FIELDS = ["goodput_mbps", "link_mbps", "senders", "blocks", "block_ms_p5
                   "bottleneck_drops", "max_queue_bytes", "telemetry_records", "telemetry_lost",
                   "dataplane", "cc", "rto_min_us", "rto_floor_us", "bottleneck_port", "build_s",
                   "repetitions", "backlog_drops", "link_rate_auto", "run_dir"]
-FIDELITY_COLUMNS = ["min_service_ratio", "cpu_busy", "cpu_busy_max", "timer_late_us_p99"]
+FIDELITY_COLUMNS = ["min_service_ratio", "cpu_busy", "cpu_busy_max", "cpu_contended_max", "cpu_niced",
+                    "cpu_others", "timer_late_us_p99"]
 ROW_FIELDS = (SUMMARY_FIELDS + ["fidelity_ok", "fidelity_reasons"]
               + [f"fidelity_{k}" for k in FIDELITY_COLUMNS] + ["repeat", "error"]
               # what a sweep adds of each point: its key, whether it came from the store, its

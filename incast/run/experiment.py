@@ -32,7 +32,7 @@ import pandas as pd
 
 from incast import clock as clocks
 from incast import dataplane as dataplanes
-from incast.measure import calibration, fidelity
+from incast.measure import calibration, cpu, fidelity
 from incast.network import hostconfig
 from incast.machine import netdev
 from incast.machine import resources
@@ -370,6 +370,7 @@ class _Lab:
     dscps: list[int]
     bottleneck: object
     build_s: float
+    netns: frozenset[int] = frozenset()     # inodes of the run's network namespaces
 
 
 @dataclass
@@ -449,7 +450,8 @@ def _build(scenario, features, tcp, dp, res, results, log) -> _Lab:
     log(f"network of {len(net.hosts)} hosts built in {build_s:.1f} s ({res.token})")
     qos = scenario.switch.qos
     dscps = [qos.class_dscp()[qos.class_of_sender(i)] for i in range(len(servers))]
-    return _Lab(net, client, servers, dscps, dp.bottleneck(client.name), build_s)
+    netns = frozenset(os.stat(h.netns_path).st_ino for h in net.hosts) | {resources.netns_inode(res.world)}
+    return _Lab(net, client, servers, dscps, dp.bottleneck(client.name), build_s, netns)
 
 
 def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log, phases) -> _Measured:
@@ -502,7 +504,7 @@ def _measure(scenario, features, dp, res, lab: _Lab, results, progress, log, pha
             log(note)
     return _Measured(pd.DataFrame(reps.block_rows), pd.DataFrame(reps.flow_rows),
                      pd.DataFrame(reps.counter_rows), pd.concat(reps.queue_frames, ignore_index=True),
-                     reps.backlog_drops, fidelity.cpu_use(reps.cpu_before, reps.cpu_after), pause,
+                     reps.backlog_drops, cpu.use(reps.cpu_before, reps.cpu_after), pause,
                      health, health_warnings, links, monitored, telemetry_table, lost, notes, captured,
                      pd.DataFrame(background.rows) if background else None)
 
@@ -532,7 +534,7 @@ class _Repetitions:
             before["softnet"] = softnet_drops()
             if self.t0_ns is None:
                 self.t0_ns = time.monotonic_ns()
-                self.cpu_before = fidelity.cpu_times()
+                self.cpu_before = cpu.snapshot(self.lab.netns)
                 if self.on_t0:
                     self.on_t0()
             if self.background:
@@ -550,7 +552,7 @@ class _Repetitions:
         def measured():
             if self.phases:
                 self.phases.mark("measured")
-            self.cpu_after = fidelity.cpu_times()
+            self.cpu_after = cpu.snapshot(self.lab.netns)
             if self.background:
                 self.background.measured(rep)
             after = hostconfig.read_counters(hosts)

@@ -1,0 +1,169 @@
+"""Who used the CPUs while a run measured: the run itself, or other work on the machine.
+
+A machine that runs an experiment always runs something else too (an editor, a browser,
+a build). What matters to a run is whether its own work could get a CPU when it
+needed one, not whether the CPUs were busy: a compile under ``nice -n 19`` fills
+both CPUs of a 2-core machine, yet every nice-0 thread of the emulation still gets
+its CPU within a few microseconds (a nice-19 task weighs 15 against a nice-0 task's
+1024), and links measured beside such a compile held their rates (service ratio
+0.997 at 300 Mbit/s while the CPUs read 100% busy).
+
+So two snapshots, taken as the measured blocks begin and end, give:
+
+* ``cpu_busy``, ``cpu_busy_max``: all CPUs together, and the busiest one, whatever
+  ran (as ``/proc/stat`` reports them);
+* ``cpu_niced``: the share of all CPU time spent in niced user work (``/proc/stat``'s
+  ``nice`` column: it includes processes that started and ended between the snapshots,
+  such as a compiler's). The run's own processes all run at nice 0;
+* ``cpu_contended_max``: the busiest CPU's share taken by work at normal priority (the
+  run's, the kernel's, other processes' at nice <= 0): what competes with the
+  emulation. This, not ``cpu_busy_max``, is what makes a CPU "saturated";
+* ``cpu_run``: what is left of ``cpu_busy`` without those two: the run's own work
+  (and the kernel's on its behalf);
+* ``cpu_others``: the share of all CPU time used by other processes at normal priority
+  (alive at both snapshots, outside the run's namespaces and process tree), with the
+  busiest of them by name in ``cpu_others_top``: the load a user can do something
+  about.
+
+A hog at normal priority shows in ``cpu_contended_max`` and ``cpu_others`` and, where
+it starves the emulation, in the links' service (incast.measure.fidelity); a niced
+one shows in ``cpu_niced`` only.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+# /proc/stat's columns, in order.
+USER, NICE, SYSTEM, IDLE, IOWAIT, IRQ, SOFTIRQ, STEAL = range(8)
+KTHREADD = 2
+
+
+def cpu_times() -> list[list[int]]:
+    """Jiffies of each CPU from /proc/stat: user nice system idle iowait irq softirq steal."""
+    with open("/proc/stat") as f:
+        return [[int(x) for x in line.split()[1:9]] for line in f
+                if line.startswith("cpu") and line[3].isdigit()]
+
+
+@dataclass(frozen=True)
+class Process:
+    ticks: int          # utime + stime, in clock ticks
+    nice: int
+    comm: str
+    ours: bool          # the run's: in one of its namespaces, in this process's tree, or a kernel thread
+
+
+def _stat(pid: str) -> tuple[int, int, int, str] | None:
+    """(ppid, ticks, nice, comm) of a process, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    comm = text[text.index("(") + 1:text.rindex(")")]
+    rest = text[text.rindex(")") + 2:].split()
+    # rest[0] is field 3 (state): ppid is field 4, utime 14, stime 15, nice 19.
+    return int(rest[1]), int(rest[11]) + int(rest[12]), int(rest[16]), comm
+
+
+def _netns(pid: str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def processes(own_netns: frozenset[int] = frozenset(), root: int | None = None) -> dict[int, Process]:
+    """Every process on the machine with its CPU ticks so far and whether it is the
+    run's. own_netns: the inodes of the run's network namespaces (its hosts'); root: the
+    run's process (default: this one), whose descendants are the run's too."""
+    raw = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            s = _stat(pid)
+            if s is not None:
+                raw[int(pid)] = s
+    me = os.getpid() if root is None else root
+    mine: dict[int, bool] = {}
+
+    def in_tree(pid: int) -> bool:
+        # This process's descendants (its runs' tools, the data plane's switch).
+        seen = []
+        while pid > 1 and pid not in mine:
+            if pid == me:
+                break
+            seen.append(pid)
+            pid = raw[pid][0] if pid in raw else 0
+        answer = pid == me or mine.get(pid, False)
+        for p in seen:
+            mine[p] = answer
+        return answer
+
+    out = {}
+    for pid, (ppid, ticks, nice, comm) in raw.items():
+        kernel = pid == KTHREADD or ppid == KTHREADD
+        ours = kernel or in_tree(pid) or (bool(own_netns) and _netns(str(pid)) in own_netns)
+        out[pid] = Process(ticks, nice, comm, ours)
+    return out
+
+
+@dataclass
+class Snapshot:
+    cpus: list[list[int]]
+    procs: dict[int, Process] = field(default_factory=dict)
+
+
+def snapshot(own_netns: frozenset[int] = frozenset(), root: int | None = None) -> Snapshot:
+    return Snapshot(cpu_times(), processes(own_netns, root))
+
+
+def use(before: Snapshot | None, after: Snapshot | None) -> dict:
+    """What the CPUs did between two snapshots (the module's docstring says what each
+    field means)."""
+    if before is None or after is None or not before.cpus or not after.cpus:
+        return {}
+    busy, contended, total_all, idle_all, steal_all, nice_all = [], [], 0, 0, 0, 0
+    for b, a in zip(before.cpus, after.cpus):
+        d = [x - y for x, y in zip(a, b)]
+        total = sum(d) or 1
+        idle = d[IDLE] + d[IOWAIT]
+        busy.append(1 - idle / total)
+        contended.append(1 - (idle + d[NICE]) / total)
+        total_all += total
+        idle_all += idle
+        steal_all += d[STEAL]
+        nice_all += d[NICE]
+    total_all = max(total_all, 1)
+    others: dict[str, int] = {}
+    for pid, p in after.procs.items():
+        q = before.procs.get(pid)
+        if q is None or p.ours or q.ours or p.nice > 0 or p.ticks <= q.ticks:
+            continue
+        others[p.comm] = others.get(p.comm, 0) + p.ticks - q.ticks
+    # /proc/stat counts in USER_HZ ticks, as /proc/<pid>/stat does.
+    top = sorted(others.items(), key=lambda kv: -kv[1])[:3]
+    busy_all = 1 - idle_all / total_all
+    others_all = sum(others.values()) / total_all
+    return {"cpu_busy": round(busy_all, 3), "cpu_busy_max": round(max(busy), 3),
+            "cpu_contended_max": round(max(contended), 3), "cpu_niced": round(nice_all / total_all, 3),
+            "cpu_others": round(others_all, 3),
+            # The run's own share (with the kernel's work for it): what is left of the busy
+            # time once niced work and other processes are taken out.
+            "cpu_run": round(max(0.0, busy_all - nice_all / total_all - others_all), 3),
+            "cpu_others_top": ", ".join(f"{name} {100 * t / total_all:.0f}%" for name, t in top
+                                        if t / total_all >= 0.01),
+            "cpu_steal": round(steal_all / total_all, 3)}
+
+
+def describe_load(cpu: dict) -> str:
+    """One line on the machine's other work, for a verdict's side."""
+    parts = []
+    if cpu.get("cpu_niced") is not None:
+        parts.append(f"niced work {100 * cpu['cpu_niced']:.0f}% of the CPUs")
+    if cpu.get("cpu_others") is not None:
+        top = f" ({cpu['cpu_others_top']})" if cpu.get("cpu_others_top") else ""
+        parts.append(f"other processes at normal priority {100 * cpu['cpu_others']:.0f}%{top}")
+    if cpu.get("cpu_steal"):
+        parts.append(f"stolen by the hypervisor {100 * cpu['cpu_steal']:.0f}%")
+    return "; ".join(parts)
