@@ -126,6 +126,9 @@ def cmd_run(args) -> int:
             print(message, file=sys.stderr, flush=True)
     progress = bar.update if bar else (block_lines(scenario) if args.verbose else None)
     calibrate.ensure(scenario, log)
+    fallback = calibrate.virtual_fallback([scenario], log)
+    if fallback:
+        scenario = scn.build(data, {**overrides, **fallback})
     try:
         # A default name is made unique (two runs in the same second); --out is the user's.
         outcome = run(scenario, out, progress=progress, log=log, unique_out=not args.out)
@@ -162,6 +165,10 @@ def cmd_sweep(args) -> int:
         if args.verbose or message.startswith(("warning:", "link.rate auto")) or re.match(r"(run \d+ failed|\d+ of \d+ runs already)", message):
             tqdm.write(message, file=sys.stderr)
     calibrate.ensure(points[0][1], log)
+    fallback = calibrate.virtual_fallback([p[1] for p in points], log)
+    if fallback:
+        overrides = {**overrides, **fallback}
+        points = sweep.expand(data, overrides, grid)
     t_start = time.monotonic()
     quiet = not sys.stderr.isatty() and not args.verbose
     # A default name is made unique (two sweeps in the same second); --out is the user's.
