@@ -186,66 +186,132 @@ def judge(fig: Figure, table: pd.DataFrame) -> list[dict]:
     out = []
     limit = _limit(table) * PAYLOAD_SHARE
     for c in fig.claims:
-        verdict, detail = _judge_claim(fig, table, c, limit)
+        verdict, detail, _ = _judge_claim(fig, table, c, limit)
         out.append({"claim": c.text, "verdict": verdict, "detail": detail,
                     "divergence": c.divergence})
     return out
 
 
-def _judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tuple[str, str]:
-    """holds / does not hold on each point's median, unless the faithful runs of a point
-    disagree about the claim (some on each side of its bound): then "undecided", since
-    the next repetitions could as well land on the other side (a tipping point)."""
+# A point decides a claim when the confidence interval of its median lies on one side
+# of the claim's bound: runs on both sides of it leave the point undecided, however the
+# median falls, until there are enough runs for the interval to clear the bound.
+CONFIDENCE = 0.9
+
+
+def median_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The distribution-free interval for the median of the runs' distribution: order
+    statistics k in from each end, k the largest with P(Binomial(n, 1/2) < k) <=
+    (1 - confidence) / 2. Too few runs for the confidence give min to max (3 runs: 75%,
+    5 runs: 94%); 20 runs give the 6th to the 15th (96%)."""
+    from math import comb
+    v = sorted(values)
+    n = len(v)
+    if not n:
+        return float("nan"), float("nan")
+    k, tail = 1, 0.0
+    while k < (n + 1) // 2:
+        tail += comb(n, k) / 2 ** n      # P(B = k) added: P(B <= k)
+        if tail + 1 / 2 ** n > (1 - confidence) / 2:
+            break
+        k += 1
+    return v[k - 1], v[n - k]
+
+
+def point_verdict(runs: list[float], bound) -> str:
+    """holds / fails / split: where the interval of the median of one point's runs lies
+    against the claim's bound (a predicate on one value)."""
+    lo, hi = median_interval(runs)
+    at_lo, at_hi = bool(bound(lo)), bool(bound(hi))
+    if at_lo and at_hi:
+        return "holds"
+    if not at_lo and not at_hi:
+        return "fails"
+    return "split"
+
+
+def _judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tuple[str, str, list]:
+    """Each of the claim's points holds, fails or is split (incast.report.figures.
+    point_verdict); the claim does not hold where any point fails, is undecided where
+    none fails but some is split (the next repetitions could land on either side), and
+    holds where every point holds. Returns (verdict, detail, the split points' x)."""
     med = point_means(fig, table, c.metric)
     lo, hi = point_stats(fig, table, c.metric, "min"), point_stats(fig, table, c.metric, "max")
     n = point_stats(fig, table, c.metric, "count")
     every = {x for x in table[_col(fig.x)].dropna()} if _col(fig.x) in table else set()
     xs = sorted(x for x in every if (x == c.at if c.at is not None else x >= c.from_))
     if str(c.series) not in {str(s) for s in table.get(_col(fig.series), pd.Series(dtype=str)).unique()}:
-        return "not testable", f"no {fig.series} = {c.series} in the sweep"
+        return "not testable", f"no {fig.series} = {c.series} in the sweep", []
     if not xs:
-        return "not testable", f"no {fig.x} {'= ' + str(c.at) if c.at is not None else '>= ' + str(c.from_)} in the sweep"
-    parts, ok, split = [], True, []
+        return ("not testable", f"no {fig.x} {'= ' + str(c.at) if c.at is not None else '>= ' + str(c.from_)} "
+                "in the sweep", [])
+    parts, failed, split, split_xs = [], [], [], []
     for x in xs:
         for s in filter(None, (c.series, c.below_series)):
             bad, runs = _unfaithful(fig, table, s, x)
             if bad and (s not in med.columns or x not in med.index or pd.isna(med.at[x, s])):
-                return "not testable", f"{x:g} ({s}): {bad} of {runs} runs not faithful"
+                return "not testable", f"{x:g} ({s}): {bad} of {runs} runs not faithful", []
         if c.series not in med.columns or x not in med.index or pd.isna(med.at[x, c.series]):
-            return "not testable", f"{x:g}: no run of {c.series} finished"
+            return "not testable", f"{x:g}: no run of {c.series} finished", []
         v = med.at[x, c.series]
         spread = f" [{lo.at[x, c.series]:.1f}-{hi.at[x, c.series]:.1f}, n={int(n.at[x, c.series])}]"
         bad, runs = _unfaithful(fig, table, c.series, x)
         left_out = f" ({bad} of {runs} not faithful, left out)" if bad else ""
-        if c.below is not None:
-            bound, text = (lambda g: g < c.below * limit), f"< {c.below * limit:.1f}"
-        elif c.above is not None:
-            bound, text = (lambda g: g > c.above * limit), f"> {c.above * limit:.1f}"
-        else:
-            other = med.at[x, c.below_series] if c.below_series in med.columns and x in med.index else float("nan")
-            bound = (lambda g, o=other: pd.notna(o) and g <= o - c.margin_mbps)
-            text = f"{c.below_series} {other:.1f}"
-        good = bool(bound(v))
         runs = _faithful_values(fig, table, c.series, x, c.metric)
         if c.below_series is None:
-            runs_good = [bool(bound(g)) for g in runs]
-            if 0 < sum(runs_good) < len(runs_good):
-                split.append(f"{x:g}: {sum(runs_good)} of {len(runs_good)} runs hold")
+            if c.below is not None:
+                bound, text = (lambda g: g < c.below * limit), f"< {c.below * limit:.1f}"
+            else:
+                bound, text = (lambda g: g > c.above * limit), f"> {c.above * limit:.1f}"
+            state = point_verdict(runs, bound)
+            if state == "split":
+                held = sum(bool(bound(g)) for g in runs)
+                m_lo, m_hi = median_interval(runs)
+                split.append(f"{x:g}: {held} of {len(runs)} runs hold, the median's interval "
+                             f"{m_lo:.1f}-{m_hi:.1f}")
         else:
+            other = med.at[x, c.below_series] if c.below_series in med.columns and x in med.index else float("nan")
+            text = f"{c.below_series} {other:.1f}"
             # Both series are measured, so the gap's uncertainty is both series' spread:
             # the claim is decided only where the gap's 90% interval is on one side of the
             # margin (with three runs each, the interval spans every pairing of runs).
             others = _faithful_values(fig, table, c.below_series, x, c.metric)
             lo_gap, hi_gap = shift_interval(others, runs)
-            if lo_gap < c.margin_mbps <= hi_gap:
+            if pd.isna(lo_gap) or hi_gap < c.margin_mbps:
+                state = "fails"
+            elif lo_gap >= c.margin_mbps:
+                state = "holds"
+            else:
+                state = "split"
                 split.append(f"{x:g}: the gap's 90% interval {lo_gap:.1f} to {hi_gap:.1f} Mbit/s "
                              f"straddles {c.margin_mbps:g}")
+        if state == "fails":
+            failed.append(f"{x:g}")
+        elif state == "split":
+            split_xs.append(x)
         parts.append(f"{x:g}: {v:.1f}{spread}{left_out} vs {text}")
-        ok = ok and good
     detail = "; ".join(parts)
+    if failed:
+        more = f" (undecided elsewhere: {'; '.join(split)})" if split else ""
+        return "does not hold", f"{detail}{more}", split_xs
     if split:
-        return "undecided", f"{detail} (the runs disagree: {'; '.join(split)})"
-    return ("holds" if ok else "does not hold"), detail
+        return "undecided", f"{detail} (the runs disagree: {'; '.join(split)})", split_xs
+    return "holds", detail, []
+
+
+def undecided_points(fig: Figure, table: pd.DataFrame) -> list[tuple[str, float]]:
+    """(series, x) of every point that leaves a claim undecided: where more repetitions
+    decide it (for a gap between two series, both series' runs at that x)."""
+    limit = _limit(table) * PAYLOAD_SHARE
+    points = []
+    for c in fig.claims:
+        verdict, _, xs = _judge_claim(fig, table, c, limit)
+        if verdict != "undecided":
+            continue
+        for x in xs:
+            for s in filter(None, (c.series, c.below_series)):
+                if (s, x) not in points:
+                    points.append((s, x))
+    return points
 
 
 def shift_interval(a: list[float], b: list[float], confidence: float = 0.9) -> tuple[float, float]:
@@ -369,6 +435,46 @@ def report(fig: Figure, sweep_dir: Path, quick: bool) -> dict:
     return result
 
 
+# Repetitions a point gets, step by step, while a claim it tests is undecided.
+REPEAT_STEPS = (5, 10, 20)
+MAX_REPEAT = 20
+
+
+def decide(fig: Figure, final: Path, data: dict, overrides: dict, grid: dict, repeat: int,
+           max_repeat: int, run_more, log=lambda m: None) -> int:
+    """More runs where a claim is undecided: the points that leave one undecided get 5,
+    then 10, then 20 runs (up to max_repeat), each its own seed, until every claim is
+    decided; their runs join the figure's table (final/sweep.parquet). run_more(points,
+    grid, repeat, out) runs a sweep (incast.run.sweep.run_sweep); the runs a point
+    already has come from the point store. Returns the repetitions the last round
+    reached."""
+    from incast.run import sweep
+    table = pd.read_parquet(final / "sweep.parquet")
+    current = repeat
+    while current < max_repeat:
+        todo = undecided_points(fig, table)
+        if not todo:
+            break
+        current = next((r for r in REPEAT_STEPS if r > current), max_repeat)
+        current = min(current, max_repeat)
+        log(f"undecided: {', '.join(f'{s} at {x:g}' for s, x in todo)}; {current} runs each")
+        points = []
+        for series, x in todo:
+            g = {**grid, fig.series: [str(series)], fig.x: [f"{x:g}"]}
+            points += sweep.expand(data, overrides, sweep.parse_grid([], g))
+        more = run_more(points, {fig.series: sorted({str(s) for s, _ in todo}),
+                                 fig.x: sorted({f"{x:g}" for _, x in todo})},
+                        current, final / "more" / f"repeat{current}")
+        extra = pd.read_parquet(more.final / "sweep.parquet")
+        table = pd.concat([table, extra], ignore_index=True)
+        if "point_key" in table:
+            table = table.drop_duplicates("point_key", keep="first")
+        tmp = final / ".sweep.parquet.tmp"
+        table.to_parquet(tmp, index=False)
+        tmp.replace(final / "sweep.parquet")
+    return current
+
+
 def cmd_figure(args) -> int:
     if args.name == "list" or args.name is None:
         for name in known():
@@ -402,6 +508,13 @@ def cmd_figure(args) -> int:
     if result.reused:
         print(f"{result.reused} of {result.runs} runs from earlier measurements (--fresh measures them again)",
               file=sys.stderr)
+    decide(fig, result.final, data, overrides, grid, repeat, args.max_repeat,
+           lambda pts, g, r, out: sweep.run_sweep(
+               pts, g, r, out, unique=True, meta={"figure": fig.name, "more_runs_for": "undecided claims"},
+               progress=lambda runs: tqdm(total=len(runs), unit="run", file=sys.stderr,
+                                          disable=not sys.stderr.isatty()),
+               jobs=args.jobs, executor=args.executor, force_jobs=args.force_jobs, fresh=args.fresh),
+           log=lambda m: print(m, file=sys.stderr))
     r = report(fig, result.final, args.quick)
     comp = pd.read_csv(result.final / "comparison.csv")
     if args.json:
