@@ -23,6 +23,8 @@ from incast.workload import REGISTRY as WORKLOADS
 # (flag, scenario field, help). Values are validated by the scenario model, not here.
 RUN_FLAGS = [
     ("--senders", "senders", "servers answering each block (N)"),
+    ("--testbed", "testbed", "a paper's testbed as a profile beneath the other settings, e.g. sigcomm09-s50 "
+                             "(testbeds/)"),
     ("--workload", "workload", "; ".join(f"{k}: {e.help}" for k, e in WORKLOADS.items())),
     ("--sru", "sru", "bytes per server per block, e.g. 256KiB (fixed-fragment, memcached)"),
     ("--block", "block", "bytes per block split over the servers, e.g. 1MiB (fixed-block)"),

@@ -11,6 +11,7 @@ HOSTS_DIR = REPO / "hosts"              # programs that run on the emulated host
 TOPOLOGIES_DIR = REPO / "topologies"    # one Mininet Topo file per kind: the topology registry
 P4_SOURCE = REPO / "p4src" / "incast.p4"
 FIGURES_DIR = REPO / "figures"
+TESTBEDS_DIR = REPO / "testbeds"        # the papers' testbeds as profiles (incast.testbed)
 LABS_DIR = REPO / "labs"
 DOCS_DIR = REPO / "docs"
 DOC_RESULTS_DIR = DOCS_DIR / "results"   # the runs behind the documentation's tables

@@ -53,6 +53,11 @@ def _registered(what: str, names):
     return AfterValidator(check)
 
 
+def _testbeds():
+    from incast.testbed import known
+    return known()
+
+
 def _dataplanes():
     from incast.dataplane import REGISTRY    # imports pandas: only when a scenario is validated
     return REGISTRY
@@ -368,7 +373,7 @@ class Switch(_Model):
 # per network namespace, as near as it goes to the Linux of the papers' clusters
 # (SIGCOMM'09 ran 2.6.28). What each era sets: incast/network/hostconfig.py; why, and
 # what cannot be turned back: docs/tcp-profiles.md.
-TCP_ERAS = ("modern", "linux-2.6.28")
+TCP_ERAS = ("modern", "linux-2.6.28", "linux-2.6.18")
 
 # Sysctls a TcpSettings field (or the testbed itself) already sets: tcp.sysctls may not
 # name them, so that one value never has two sources.
@@ -423,7 +428,8 @@ class TcpSettings(_Model):
     era: Literal[TCP_ERAS] = Field(
         "modern", description="modern: this kernel's TCP as it comes; linux-2.6.28: turned back, per "
         "namespace, to the papers' kernel where it can be (initial window 3, no tail loss probes, no "
-        "RACK, ...; docs/tcp-profiles.md); tcp.initcwnd and tcp.sysctls win over it")
+        "RACK, ...; docs/tcp-profiles.md); linux-2.6.18: the same with F-RTO off (FAST'08's and WREN'09's "
+        "kernel); tcp.initcwnd and tcp.sysctls win over it")
     sysctls: SysctlTable = Field(
         default_factory=dict, description="more net.ipv4 TCP sysctls for the namespace, by name without "
         "the net.ipv4. prefix (tcp_early_retrans = 0); they win over the era's; a profile's are "
@@ -591,6 +597,9 @@ class BackgroundFlow(_Model):
 
 class Scenario(_Model):
     name: str = Field("incast", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    # A paper's testbed (testbeds/<name>.toml): its settings lie beneath the scenario's
+    # own, which win over them (incast.testbed).
+    testbed: Annotated[str, _registered("testbed", _testbeds)] | None = None
     dataplane: Annotated[str, _registered("data plane", _dataplanes)] = "linux"
     kernel: Literal["host", "stock", "hrtimer"] = "host"
     # real: on this machine's clock (in a QEMU VM for stock/hrtimer); virtual: inside
@@ -738,6 +747,7 @@ class Scenario(_Model):
 # Short names for the fields people change most; used by --flags, --set and sweeps.
 ALIASES = {
     "senders": "topology.senders",
+    "testbed": "testbed",
     "sru": "workload.sru",
     "block": "workload.block",
     "blocks": "workload.blocks",
@@ -873,8 +883,15 @@ def load_file(path: str | Path) -> dict:
 
 
 def build(data: dict | None = None, overrides: dict[str, Any] | None = None) -> Scenario:
-    """Validate raw data (+ overrides) into a Scenario, or raise ScenarioError."""
+    """Validate raw data (+ overrides) into a Scenario, or raise ScenarioError. A
+    testbed the data names puts its settings beneath the data's."""
     data = apply_overrides(data or {}, overrides or {})
+    if data.get("testbed"):
+        from incast import testbed
+        if data["testbed"] not in testbed.known():
+            raise ScenarioError(f"testbed: unknown testbed {data['testbed']!r}; one of: "
+                                f"{', '.join(testbed.known())}")
+        data = testbed.under(data, data["testbed"])
     try:
         return Scenario.model_validate(data)
     except ValidationError as e:

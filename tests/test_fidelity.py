@@ -260,3 +260,16 @@ def test_calibration_is_cached_and_reused(monkeypatch):
     assert again == first
     r = incast_cmd("probe")
     assert "faithful link rate:" in r.stdout
+
+
+def test_no_faithful_rate_says_why_and_what_to_do():
+    from incast.errors import MissingFeature
+    from incast.measure import calibration
+    c = {"rates_bps": {"1": 0, "16": 0, "64": 0}, "load": {"cpu_others": 0.4},
+         "trials": [{"reasons": ["a CPU saturated (100% busy at normal priority)"]}]}
+    with pytest.raises(MissingFeature) as e:
+        calibration.faithful_rate(c, 4)
+    line = str(e.value)
+    assert "\n" not in line
+    assert "a CPU saturated (100% busy at normal priority)" in line and "40% of the CPUs" in line
+    assert "--clock virtual" in line and "incast calibrate --force" in line

@@ -61,9 +61,24 @@ def faithful_rate(calibration: dict, senders: int) -> int:
     upto = next((c for c in counts if c >= senders), counts[-1])
     usable = [rates[c] for c in counts if c <= upto and rates[c]]
     if not usable:
-        raise RuntimeError("calibration found no faithful rate on this machine (not even "
-                           f"{LADDER_MBPS[-1]} Mbit/s); see incast calibrate")
+        raise NoFaithfulRate(calibration)
     return min(usable)
+
+
+class NoFaithfulRate(MissingFeature):
+    """Calibration found no rate this machine holds in real time: one line on why, and
+    what to do instead."""
+
+    def __init__(self, calibration: dict):
+        trials = calibration.get("trials") or []
+        why = next((t["reasons"][0] for t in reversed(trials) if t.get("reasons")), "")
+        load = calibration.get("load") or {}
+        beside = (f", beside other work at normal priority using {100 * load['cpu_others']:.0f}% of the CPUs"
+                  if (load.get("cpu_others") or 0) >= 0.05 else "")
+        super().__init__(
+            f"no link rate holds in real time on this machine now (calibration at {LADDER_MBPS[-1]} Mbit/s: "
+            f"{why or 'not faithful'}{beside}); run it in virtual time (--clock virtual --kernel stock, after "
+            "kernels/build.sh --uml), or calibrate again on a quieter machine (incast calibrate --force)")
 
 
 def describe(c: dict) -> list[str]:

@@ -73,7 +73,13 @@ LINUX_2_6_28_SYSCTLS = {
     "net.ipv4.tcp_dsack": "1",
     "net.ipv4.tcp_thin_linear_timeouts": "0",
 }
-ERA_SYSCTLS = {"modern": {}, "linux-2.6.28": LINUX_2_6_28_SYSCTLS}
+# FAST'08's Procurve cluster ran 2.6.18 SMP and WREN'09's 2.6.18.8: 2.6.28's TCP but
+# for F-RTO, off by default until 2.6.24 (tcp_frto = 0: every timeout is taken as
+# real, its window cut never undone). The rest that changed between the two (the
+# congestion-control framework's default, cubic since 2.6.19; tcp_abc's byte counting,
+# off by default in both) is set by tcp.cc or was off in both.
+LINUX_2_6_18_SYSCTLS = {**LINUX_2_6_28_SYSCTLS, "net.ipv4.tcp_frto": "0"}
+ERA_SYSCTLS = {"modern": {}, "linux-2.6.28": LINUX_2_6_28_SYSCTLS, "linux-2.6.18": LINUX_2_6_18_SYSCTLS}
 # Read back from every host whatever its era, so that results show the loss-recovery
 # settings a run had.
 ERA_KNOBS = sorted({name for table in ERA_SYSCTLS.values() for name in table})
@@ -152,7 +158,8 @@ def _route_metrics(tcp, rto_min_us: int, features, mtu: int = 1500) -> str:
     opts = []
     if not tcp.delayed_ack:
         opts.append("quickack 1")      # the receiver ACKs every segment at once
-    windows = linux_2_6_28_windows(mtu - TCP_IP_HEADERS) if tcp.era == "linux-2.6.28" else {}
+    # 2.6.18 started flows with RFC 3390's window as 2.6.28 did.
+    windows = linux_2_6_28_windows(mtu - TCP_IP_HEADERS) if tcp.era != "modern" else {}
     initcwnd = tcp.initcwnd or windows.get("initcwnd")     # an explicit tcp.initcwnd wins
     if initcwnd:
         opts.append(f"initcwnd {initcwnd}")

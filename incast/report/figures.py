@@ -130,6 +130,13 @@ def plan(fig: Figure, quick: bool) -> tuple[dict, dict, dict, int]:
     grid = dict(tomllib.loads(path.read_text()).get("sweep", {}))
     grid.update(fig.grid)
     overrides = {k: _cli(v) for k, v in fig.settings.items()}
+    if "testbed" in fig.settings:
+        # The figure runs on its paper's testbed: the testbed's settings win over the
+        # sweep file's (a first look at whatever rate this machine holds), the
+        # figure's own win over both.
+        from incast import testbed
+        overrides = {**{k: _cli(v) for k, v in testbed.settings(str(fig.settings["testbed"])).items()},
+                     **overrides}
     repeat = fig.repeat
     if quick:
         grid.update(fig.quick.get("grid", {}))

@@ -56,6 +56,8 @@ NOTES = {
     "link.rate": "rate of every link (host NICs and switch ports); `auto`: the highest rate this machine "
                  "emulates faithfully for the run's servers (linux data plane; see [Fidelity](fidelity.md))",
     "link.mtu": "bytes",
+    "testbed": "a paper's testbed (testbeds/*.toml): its settings lie beneath the scenario's own "
+               "([The papers' testbeds](testbeds.md), [catalog](testbed-catalog.md))",
     "link.delay": "netem at each host's egress (needs `sch_netem`; refused with a clear error where the "
                   "kernel lacks it)",
     "link.jitter": "netem at each host's egress, around `link.delay`",
@@ -522,9 +524,30 @@ def lab_page(folder: Path) -> str:
     return re.sub(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)", link, text)
 
 
+def testbed_catalog() -> str:
+    """The papers' testbeds (testbeds/*.toml): each setting with the sentence it comes
+    from, and what the testbed does not model."""
+    from incast import testbed
+    lines = ["# The papers' testbeds", "",
+             "Made from `testbeds/` at every build. How a testbed applies to a scenario: "
+             "[Testbeds](testbeds.md).", ""]
+    for name in testbed.known():
+        t = testbed.load(name)
+        lines += [f"## `{name}`", "", f"{t.paper}: {t.what}.", "",
+                  "| setting | value | the paper |", "|---|---|---|"]
+        for st in t.settings:
+            value = str(st.value).lower() if isinstance(st.value, bool) else st.value
+            lines.append(f"| `{st.field}` | `{value}` | {st.source.replace('|', '/')} |")
+        if t.not_modelled:
+            lines += ["", "Not modelled:", ""] + [f"- {x}" for x in t.not_modelled]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def pages() -> dict[str, str]:
     """Every generated page: its path in the site's docs, its Markdown."""
-    out = {"scenario-fields.md": scenario_reference(), "figure-catalog.md": figure_catalog()}
+    out = {"scenario-fields.md": scenario_reference(), "figure-catalog.md": figure_catalog(),
+           "testbed-catalog.md": testbed_catalog()}
     for folder in lab_folders():
         out[f"labs/{folder.name}.md"] = lab_page(folder)
     return out
