@@ -23,7 +23,7 @@ from incast.report import doc_tables, reference
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
-TWO_COMMANDS = ("./scripts/setup.sh && incast sweep scenarios/sigcomm09-fig1.toml --out results/fig1",
+TWO_COMMANDS = ("./scripts/setup.sh && incast figure sigcomm09-fig1 --out results/fig1",
                 "./scripts/setup.sh && ./scripts/test.sh")
 SITE_PACKAGES = ("mkdocs", "material", "mkdocs_gen_files")
 
@@ -195,3 +195,19 @@ def test_a_template_draws_a_share_from_the_columns(tmp_path, monkeypatch):
     assert "| a | 7.7 | 66% |" in text
     with pytest.raises(BadInput, match="does not fit"):
         doc_tables.render("t.csv", "| x |\n| {nosuch / blocks} |", False, "")
+
+
+def test_the_scoreboard_is_current():
+    """docs/scoreboard.md is what the kept results and this checkout's judge give now."""
+    from incast.report import scoreboard
+    assert scoreboard.main(["--check"]) == 0, "docs/scoreboard.md: run python -m incast.report.scoreboard"
+
+
+def test_the_scoreboard_marks_a_kept_result_made_with_other_settings():
+    from incast.report import figures, scoreboard
+    fig = figures.load("sigcomm09-fig1")
+    data, overrides, _, _ = figures.plan(fig, True)
+    assert scoreboard.stale(fig, {"quick": True, "base": data, "overrides": overrides}) == ""
+    old = {**overrides, "switch.buffer": "32KiB"}
+    assert scoreboard.stale(fig, {"quick": True, "base": data, "overrides": old}) == \
+        "made with other settings (switch.buffer)"

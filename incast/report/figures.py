@@ -442,6 +442,23 @@ def report(fig: Figure, sweep_dir: Path, quick: bool) -> dict:
     return result
 
 
+def provenance() -> dict:
+    """What made a figure's result: the command, the checkout's commit (and whether it
+    had changes), the date; kept beside the result in its sweep.json."""
+    import subprocess
+    import sys
+    import time
+
+    from incast.constants import REPO
+    def git(*a):
+        r = subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else None
+    commit = git("rev-parse", "HEAD")
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
+    return {"command": " ".join(["incast", *sys.argv[1:]]), "commit": commit, "uncommitted_changes": dirty,
+            "made": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
 # Repetitions a point gets, step by step, while a claim it tests is undecided.
 REPEAT_STEPS = (5, 10, 20)
 MAX_REPEAT = 20
@@ -507,7 +524,8 @@ def cmd_figure(args) -> int:
     print(f"{fig.paper}, {fig.figure}: {fig.caption}", file=sys.stderr)
     calibrate.ensure(points[0][1], lambda m: print(m, file=sys.stderr))
     result = sweep.run_sweep(points, grid, repeat, out, unique=not args.out,
-                             meta={"figure": fig.name, "quick": args.quick, "base": data, "overrides": overrides},
+                             meta={"figure": fig.name, "quick": args.quick, "base": data, "overrides": overrides,
+                                   **provenance()},
                              progress=lambda runs: tqdm(total=len(runs), unit="run", file=sys.stderr,
                                                         disable=not sys.stderr.isatty()),
                              jobs=args.jobs, executor=args.executor, force_jobs=args.force_jobs,

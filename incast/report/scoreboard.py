@@ -1,0 +1,124 @@
+"""The scoreboard: every claim of the papers' figures, judged on the kept results.
+
+For each claim of each figure in figures/: the paper's words, the paper's number where
+its text gives one, ours (median, spread, runs) from the figure's kept result
+(docs/figure-results/NAME/, as `incast figure NAME` wrote it), the verdict of this
+checkout's judge, and, for a declared divergence, what the figure file says of its
+mechanism. The counts head the page.
+
+``python -m incast.report.scoreboard`` writes docs/scoreboard.md; ``--check`` exits 1
+where the page is not what the kept results and the judge give now (the test suite runs
+it, so the page cannot drift from the results).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+from incast.constants import DOCS_DIR
+from incast.report import figures
+
+KEPT_FIGURES_DIR = DOCS_DIR / "figure-results"
+PAGE = DOCS_DIR / "scoreboard.md"
+VERDICTS = ("holds", "does not hold", "undecided", "not testable", "no kept result")
+
+
+def _cell(text) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def kept(name: str):
+    """(table, sweep.json) of a figure's kept result, or None."""
+    import pandas as pd
+    folder = KEPT_FIGURES_DIR / name
+    if not (folder / "sweep.parquet").is_file():
+        return None
+    meta = json.loads((folder / "sweep.json").read_text()) if (folder / "sweep.json").is_file() else {}
+    return pd.read_parquet(folder / "sweep.parquet"), meta
+
+
+def stale(fig, meta: dict) -> str:
+    """Why a kept result no longer shows what the figure runs (empty: it does): the
+    sweep file's settings or the figure's (its testbed's included) changed since."""
+    data, overrides, _, _ = figures.plan(fig, bool(meta.get("quick")))
+    if meta.get("base") is not None and meta["base"] != data:
+        return "its sweep file changed since"
+    if meta.get("overrides") is not None and meta["overrides"] != overrides:
+        changed = sorted(k for k in set(overrides) | set(meta["overrides"])
+                         if overrides.get(k) != meta["overrides"].get(k))
+        return "made with other settings (" + ", ".join(changed) + ")"
+    return ""
+
+
+def rows() -> list[dict]:
+    """One row per claim of every figure."""
+    out = []
+    for name in figures.known():
+        fig = figures.load(name)
+        result = kept(name)
+        verdicts = figures.judge(fig, result[0]) if result else None
+        numbers = {(n.series, n.x): n.value for n in fig.paper_numbers}
+        for i, c in enumerate(fig.claims):
+            v = verdicts[i] if verdicts else {"verdict": "no kept result", "detail": ""}
+            paper = numbers.get((c.series, c.at)) if c.at is not None else None
+            meta = result[1] if result else {}
+            why_stale = stale(fig, meta) if result else ""
+            out.append({"figure": name, "paper": fig.paper, "figure_title": fig.figure, "index": i,
+                        "claim": c.text, "paper_number": paper, "verdict": v["verdict"],
+                        "ours": v["detail"], "divergence": c.divergence,
+                        "kept": ("quick" if meta.get("quick") else "full") if result else None,
+                        "kept_runs": len(result[0]) if result else 0, "stale": why_stale})
+    return out
+
+
+def page() -> str:
+    r = rows()
+    counts = Counter(x["verdict"] for x in r)
+    declared = sum(1 for x in r if x["divergence"])
+    lines = ["# Scoreboard: the papers' claims, judged", "",
+             "Made by `python -m incast.report.scoreboard` from the figures' kept results "
+             "(`docs/figure-results/`, written by `incast figure NAME`) and this checkout's judge "
+             "([how a claim is judged](figures.md)); the test suite checks that it is current. "
+             "A claim the testbed does not reproduce is a declared divergence in its figure file.", "",
+             f"**{len(r)} claims:** " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
+             + f"; {declared} declared divergences; "
+             f"{len({x['figure'] for x in r if x['stale']})} figures' kept results are stale "
+             "(made with settings the figure no longer has).", "",
+             "| figure | claim (the paper) | paper's number | ours: median [min-max, runs] | verdict | "
+             "kept result |", "|---|---|---|---|---|---|"]
+    for x in r:
+        number = f"{x['paper_number']:g} Mbit/s" if x["paper_number"] is not None else ""
+        kept_what = f"{x['kept']}, {x['kept_runs']} runs" if x["kept"] else "none"
+        if x["stale"]:
+            kept_what += f"; stale: {x['stale']}"
+        verdict = x["verdict"] + (" (declared divergence)" if x["divergence"] else "")
+        lines.append(f"| [`{x['figure']}`](figure-catalog.md#{x['figure']}) | {_cell(x['claim'])} | {number} | "
+                     f"{_cell(x['ours'])} | {verdict} | {kept_what} |")
+    lines += ["", "## Declared divergences", ""]
+    for x in r:
+        if x["divergence"]:
+            lines += [f"- **`{x['figure']}`**, \u201c{_cell(x['claim'])}\u201d: {_cell(x['divergence'])}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m incast.report.scoreboard", description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if docs/scoreboard.md is not current")
+    args = ap.parse_args(argv)
+    text = page()
+    if args.check:
+        current = PAGE.read_text() if PAGE.is_file() else ""
+        if current != text:
+            print(f"{PAGE} is not current: python -m incast.report.scoreboard", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.write_text(text)
+    print(f"wrote {Path(PAGE)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
