@@ -285,8 +285,25 @@ class Pause(_Model):
     storm: Storm | None = None
 
 
+class Pool(_Model):
+    """A shared buffer: every queue of a switch draws from one pool, and a queue may
+    hold at most alpha times the pool's free bytes (a dynamic threshold, as merchant
+    switch silicon has: a lone busy port gets alpha/(1+alpha) of the pool, n busy ports
+    alpha/(1+n*alpha) each), and at most its own share of switch.buffer (its cap)."""
+    size: Size = Field(description="bytes of the pool, shared by every port and class of a switch")
+    alpha: float = Field(1.0, ge=1 / 16, le=8.0, multiple_of=1 / 16,
+                         description="a queue may hold alpha x the free pool (in sixteenths: 1/16 to 8)")
+
+    @model_validator(mode="after")
+    def _fits(self):
+        if not 1 <= self.size <= 16 * 1024 * 1024:
+            raise ValueError("switch.pool.size: 1 byte to 16 MiB")
+        return self
+
+
 class Switch(_Model):
-    """Per-port egress buffer of every switch port, in bytes or (alternatively) packets."""
+    """Per-port egress buffer of every switch port, in bytes or (alternatively) packets,
+    and optionally a pool they share (switch.pool)."""
     buffer: Size | None = Field(parse_size("32KiB"), description="bytes per port, split over the class queues")
     buffer_packets: int | None = Field(None, ge=1, le=100_000)
     qos: QoS = QoS()
@@ -294,6 +311,8 @@ class Switch(_Model):
     # DCTCP's K: a packet that finds more than this in its class queue is marked CE
     # instead of queued unmarked (ECN-capable traffic; the rest is dropped there).
     ecn: Size | None = Field(None, description="marking threshold in bytes per class queue; off when unset")
+    pool: Pool | None = Field(None, description="a shared buffer with a dynamic threshold; unset: each "
+                              "port has its buffer to itself")
 
     def pause_thresholds(self, mtu: int, senders: int, total: int | None = None) -> tuple[int, int]:
         """(xoff, xon) in bytes of the port's queues (or of a queue of `total` bytes: a
@@ -658,6 +677,11 @@ class Scenario(_Model):
             raise ValueError("topology.trunk_buffer: for dataplane linux without switch.pause")
         if pause.storm and pause.storm.host not in self.topology.hosts():
             raise ValueError(f"switch.pause.storm.host: no host {pause.storm.host!r} in this topology")
+        if self.switch.pool is not None and not plane.shared_buffer:
+            raise ValueError(f"switch.pool: the {self.dataplane} data plane has a fixed buffer per port (use "
+                             f"dataplane {' or '.join(n for n in can if REGISTRY[n].shared_buffer)})")
+        if self.switch.pool is not None and self.switch.buffer is None:
+            raise ValueError("switch.pool: the queues' caps must be in bytes (switch.buffer, not buffer_packets)")
         if pause.enabled and self.switch.ecn is not None:
             raise ValueError("switch.pause with switch.ecn: one at a time (a class queue either marks or pauses)")
         hosts = self.topology.hosts()

@@ -82,6 +82,8 @@ const bit<32> CFG_ECN_K = 12;        /* mark CE when the class queue holds more 
 const bit<32> CFG_PFC = 13;          /* 1: per-class PFC against xoff_bytes/xon_bytes, not 802.3x */
 const bit<32> CFG_OBEY = 14;         /* 1: obey PAUSE and PFC received at the ports */
 const bit<32> CFG_QUANTUM_US1024 = 15; /* one pause quantum at the link rate, in us/1024 */
+const bit<32> CFG_POOL_BYTES = 16;   /* shared buffer: the pool every queue draws from (0: none) */
+const bit<32> CFG_POOL_ALPHA16 = 17; /* a queue may hold alpha x the free pool; alpha in 1/16 */
 
 const bit<8> TEL_OFF = 0;
 const bit<8> TEL_ALL = 1;
@@ -206,6 +208,7 @@ struct metadata_t {
     @field_list(1) bit<8>  event;
     @field_list(1) bit<8>  qclass;
     @field_list(1) bit<1>  accounted;
+    bit<1>  pool_ok;     /* the shared pool has room for the packet in its queue */
     @field_list(1) bit<16> quanta;
     @field_list(1) bit<16> in_port;
     @field_list(1) bit<16> out_port;
@@ -234,10 +237,14 @@ struct metadata_t {
 }
 
 /* State shared by ingress (admission) and egress (departure). */
-register<bit<32>>(16) cfg;
+register<bit<32>>(18) cfg;
 register<bit<32>>(NQUEUES) occ_bytes;          /* per (port, class) */
 register<bit<32>>(NQUEUES) limit_bytes;
 register<bit<32>>(NPORTS) port_bytes;          /* per port, all classes */
+/* Shared buffer (cfg[CFG_POOL_BYTES] != 0): the bytes every queue of the switch holds
+ * together, and the most it held. */
+register<bit<32>>(1) pool_bytes;
+register<bit<32>>(1) pool_max_bytes;
 register<bit<48>>(NPORTS) pause_until;         /* us; a port is paused while now < this */
 register<bit<1>>(NPORTS) congested;            /* the port passed XOFF and has not fallen to XON */
 register<bit<32>>(1) congested_ports;          /* how many: the last one to reach XON sends XON */
@@ -489,6 +496,34 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
         meta.held = go ? 1w0 : 1w1;
     }
 
+    /* The shared pool: room for the packet in its class queue? Without a pool (its
+     * size 0) always. */
+    action pool_check() {
+        bit<32> size;
+        bit<32> alpha16;
+        bit<32> used;
+        bit<32> occ;
+        cfg.read(size, CFG_POOL_BYTES);
+        cfg.read(alpha16, CFG_POOL_ALPHA16);
+        pool_bytes.read(used, 0);
+        occ_bytes.read(occ, meta.qidx);
+        bit<32> free = used < size ? size - used : 0;
+        bool fits = used + meta.pkt_len <= size && occ + meta.pkt_len <= (free * alpha16) >> 4;
+        meta.pool_ok = size == 0 || fits ? 1w1 : 1w0;
+    }
+
+    action pool_take() {
+        bit<32> size;
+        bit<32> used;
+        bit<32> most;
+        cfg.read(size, CFG_POOL_BYTES);
+        pool_bytes.read(used, 0);
+        pool_max_bytes.read(most, 0);
+        used = size != 0 ? used + meta.pkt_len : used;
+        pool_bytes.write(0, used);
+        pool_max_bytes.write(0, used > most ? used : most);
+    }
+
     /* The buffer state a packet back from the loop finds (its bytes are in it). */
     action read_occupancy() {
         occ_bytes.read(meta.occ_enq, meta.qidx);
@@ -592,7 +627,19 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
             }
             return;
         }
-        admit();
+        /* A shared buffer first: a queue may hold at most alpha x the pool's free bytes
+         * (a dynamic threshold, as merchant switch silicon has), and the pool no more
+         * than its size; then the queue's own limit (its cap) as always. */
+        pool_check();
+        if (meta.pool_ok == 1) {
+            admit();
+        } else {
+            meta.accounted = 0;
+            read_occupancy();
+        }
+        if (meta.accounted == 1) {
+            pool_take();
+        }
         bit<32> obey;
         cfg.read(obey, CFG_OBEY);
         if (meta.accounted == 1 && obey != 0) {
@@ -810,6 +857,15 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         /* lab 5 end */
     }
 
+    /* The packet's bytes go back to the shared pool (nothing without one). */
+    action pool_release() {
+        bit<32> size;
+        bit<32> used;
+        cfg.read(size, CFG_POOL_BYTES);
+        pool_bytes.read(used, 0);
+        pool_bytes.write(0, size != 0 ? used - meta.pkt_len : used);
+    }
+
     /* A congested port down to XON; the last one sends XON. */
     action note_departure(bit<32> xon) {
         /* lab 6 begin: a packet left port meta.pidx, whose queues now hold
@@ -949,6 +1005,7 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         }
 
         release();
+        pool_release();
         tx.count(meta.qidx);
         check_paused();
         if (meta.sample == 1) {

@@ -223,6 +223,46 @@ def test_byte_limit_admission_and_drop_counter(rig):
     assert len(got) >= limit // len(frame)
 
 
+def test_a_shared_pool_caps_a_lone_queue_at_its_dynamic_threshold(rig):
+    """A 20000-byte pool with alpha 1: a lone busy queue may hold at most the free pool
+    (alpha x (pool - used)), so it stops at half the pool, 10000 bytes, below its own
+    cap of 50000; the pool counts every admitted byte and gives them all back."""
+    frame = udp(1, 2, size=1000)                 # 1042-byte frames
+    rig.cli([f"register_write limit_bytes {2 * 8} 50000", f"register_write cfg {bmv2.CFG['pool_bytes']} 20000",
+             f"register_write cfg {bmv2.CFG['pool_alpha16']} 16", "set_queue_rate 20 2 7"])
+    for _ in range(30):
+        rig.send(1, frame)
+    got = rig.receive(2, timeout=2.5)
+    drops = rig.counter("IncastIngress.drops", 2 * 8)[0]
+    most = rig.register("pool_max_bytes", 0)
+    # The queue holds q while q + 1042 <= 20000 - q: at most 9 frames (9378 bytes).
+    assert most == 9 * len(frame), most
+    assert len(got) + drops == 30 and drops > 0
+    assert rig.register("pool_bytes", 0) == 0 and rig.register("occ_bytes", 2 * 8) == 0
+
+
+def test_a_shared_pool_divides_between_busy_queues(rig):
+    """Two busy queues under alpha 2 share the pool: each may hold 2 x the free pool,
+    so together they stop where q = 2 (P - 2q), q = 2P/5 each, far below either
+    queue's own cap (50000), and the pool never holds more than its size."""
+    frame = udp(1, 2, size=1000)
+    other = udp(1, 3, size=1000)
+    pool = 30000
+    rig.cli([f"register_write limit_bytes {2 * 8} 50000", f"register_write limit_bytes {3 * 8} 50000",
+             f"register_write cfg {bmv2.CFG['pool_bytes']} {pool}",
+             f"register_write cfg {bmv2.CFG['pool_alpha16']} 32", "set_queue_rate 10 2 7", "set_queue_rate 10 3 7"])
+    for _ in range(30):
+        rig.send(1, frame)
+        rig.send(1, other)
+    got = rig.receive(2, timeout=2.5) + rig.receive(3, timeout=0.5)
+    most = rig.register("pool_max_bytes", 0)
+    # Both queues at 2P/5 = 12000 bytes, less what a whole frame leaves unused.
+    assert 4 * pool / 5 - 4 * len(frame) <= most <= 4 * pool / 5, most
+    drops = [rig.counter("IncastIngress.drops", n * 8)[0] for n in (2, 3)]
+    assert min(drops) > 0 and len(got) + sum(drops) == 60, (len(got), drops)
+    assert rig.register("pool_bytes", 0) == 0
+
+
 def test_pause_at_xoff_and_xon_byte_exact(rig):
     from scapy.compat import raw
     from scapy.contrib.mac_control import MACControlPause

@@ -246,3 +246,14 @@ def test_pause_headroom_is_the_buffer_above_xoff_at_every_senders_rate():
     assert 1000 < s.pause_headroom_us() < 4000
     faster = build({}, {"senders": "8", "buffer": "32KiB", "link_rate": "20Mbit", "pause": "on"})
     assert faster.pause_headroom_us() == pytest.approx(s.pause_headroom_us() / 2)
+
+
+def test_a_shared_pool_is_validated_and_only_where_a_data_plane_has_one():
+    s = scn.build({"dataplane": "bmv2", "switch": {"buffer": "128KiB", "pool": {"size": "768KiB", "alpha": 2}}})
+    assert s.switch.pool.size == 768 * 1024 and s.switch.pool.alpha == 2
+    with pytest.raises(scn.ScenarioError, match="switch.pool: the linux data plane has a fixed buffer per port"):
+        scn.build({"switch": {"pool": {"size": "768KiB"}}})
+    with pytest.raises(scn.ScenarioError, match="multiple of 0.0625"):
+        scn.build({"dataplane": "bmv2", "switch": {"pool": {"size": "64KiB", "alpha": 0.3}}})
+    with pytest.raises(scn.ScenarioError, match="1 byte to 16 MiB"):
+        scn.build({"dataplane": "bmv2", "switch": {"pool": {"size": "32MiB"}}})

@@ -25,6 +25,7 @@ class Entry:
     pfc: bool = False               # sends 802.1Qbb PFC per class instead (switch.pause.pfc)
     pause_rx: bool = False          # obeys PAUSE/PFC at its ports (trunks, hosts)
     pause_watchdog: bool = False    # a PFC watchdog, and PAUSE storms from a host (switch.pause.watchdog/storm)
+    shared_buffer: bool = False     # a pool every queue of a switch draws from (switch.pool)
     packet_buffers: bool = True     # switch.buffer_packets (queues limited in packets)
     calibrated: bool = False        # incast calibrate measures it (link.rate auto)
     host_tx_checksum: bool = False  # hosts must complete checksums (a software switch forwards frames as they are)
@@ -42,7 +43,7 @@ REGISTRY: dict[str, Entry] = {
                    pause_watchdog=True,
                    max_ports=1023),   # the kernel's BR_MAX_PORTS (1024) less port 0
     "bmv2": Entry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True, pfc=True,
-                  pause_rx=True,
+                  pause_rx=True, shared_buffer=True,
                   packet_buffers=False, host_tx_checksum=True, telemetry_sampling=True, ecn=True,
                   multi_switch=True, max_ports=500),   # incast.p4's NPORTS, 510 is telemetry
 }

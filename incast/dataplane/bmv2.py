@@ -395,7 +395,10 @@ class Bmv2DataPlane(DataPlane):
                "tel_threshold": param if mode == 4 else 0, "tel_delta": param if mode == 3 else 0,
                "late_us": LATE_US, "ecn_k": s.switch.ecn or 0, "pfc": int(s.switch.pause.pfc),
                # A switch that sends PAUSE obeys it: one quantum is 512 bit times.
-               "obey": int(s.switch.pause.enabled), "quantum_us1024": round(512 / s.link.rate * 1e6 * 1024)}
+               "obey": int(s.switch.pause.enabled), "quantum_us1024": round(512 / s.link.rate * 1e6 * 1024),
+               # The shared buffer (0: none), alpha in sixteenths.
+               "pool_bytes": s.switch.pool.size if s.switch.pool else 0,
+               "pool_alpha16": round(s.switch.pool.alpha * 16) if s.switch.pool else 0}
         cmds += [f"register_write cfg {CFG[k]} {v}" for k, v in cfg.items()]
         cmds.append(f"mirroring_add {TELEMETRY_SESSION} {TELEMETRY_PORT}")
         for p in host_ports:
@@ -523,6 +526,11 @@ class Bmv2DataPlane(DataPlane):
             out["switch_ingress_wait_max_us"] = max(out["switch_ingress_wait_max_us"], wait)
             out["switch_ingress_late_packets"] += late
             out["switch_buffer_end_bytes"] += self._buffer_once_drained(sw)
+            if self.scenario.switch.pool is not None:
+                (most, _), (left, _) = map(_parse_value, self._read(
+                    sw, [("r", "pool_max_bytes", 0), ("r", "pool_bytes", 0)]))
+                out["switch_pool_max_bytes"] = max(out.get("switch_pool_max_bytes", 0), most)
+                out["switch_pool_end_bytes"] = out.get("switch_pool_end_bytes", 0) + left
         warnings = []
         if out["switch_ingress_late_packets"] > LATE_SHARE * sent_packets:
             warnings.append(
