@@ -8,9 +8,10 @@
 #
 # The VM kernels use x86_64_defconfig merged with kernels/config/incast-vm.config
 # (HZ=250, virtio, 9p root, tc, BPF, tracing), and with kernels/config/btf.config
-# (debug info + BTF) if INCAST_KERNEL_BTF=1. The UML kernels use ARCH=um's
-# x86_64_defconfig merged with kernels/config/incast-uml.config (time-travel,
-# hostfs, HZ=250, the same networking); patches-um lets ARCH=um choose HZ.
+# (debug info + BTF) if INCAST_KERNEL_BTF=1. The UML kernels are lean: ARCH=um's
+# allnoconfig with kernels/config/incast-uml.config as its KCONFIG_ALLCONFIG (only
+# what a guest uses: time-travel, hostfs, HZ=250, namespaces, veth, bridge, the tc
+# the testbed uses); patches-um lets ARCH=um choose HZ.
 # Results are cached outside the repository in
 #
 #   ${INCAST_KERNEL_CACHE:-/var/cache/incast/kernels}/<key>/<variant>/{bzImage,linux}
@@ -20,20 +21,24 @@
 # rebuild is instant.
 # Compiles go through ccache (same cache for both variants), so the second kernel
 # only recompiles what the patches touch. Every compile runs under nice -n 19
-# ionice -c3.
+# ionice -c3, unless --normal-priority (or INCAST_KERNEL_PRIORITY=normal) says
+# that nothing on the machine needs the CPU more (scripts/setup.sh does).
 #
 # Usage: kernels/build.sh [--variant V]... [--uml] [--force] [--print-dir] [--jobs N]
+#                         [--normal-priority]
 #   --variant V   build V (repeatable; default: stock and hrtimer)
 #   --uml         the same as --variant uml-stock --variant uml-hrtimer
 #   --force       rebuild even if the cached result exists
 #   --print-dir   print the result directory for the current inputs and exit
 #                 (no build; prints nothing else; exit 1 if not built yet)
 #   --jobs N      make -jN (default 2)
+#   --normal-priority  build at the caller's CPU and I/O priority, not at the lowest
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${INCAST_KERNEL_CACHE:-/var/cache/incast/kernels}
 jobs=${INCAST_KERNEL_JOBS:-2}
+priority=${INCAST_KERNEL_PRIORITY:-low}
 src_pkg=linux-source-6.12
 src_tar=/usr/src/linux-source-6.12.tar.xz
 vm_fragments=("$here/config/incast-vm.config")
@@ -51,6 +56,7 @@ while [ $# -gt 0 ]; do
     --force) force=1; shift ;;
     --print-dir) print_dir=1; shift ;;
     --jobs) jobs=$2; shift 2 ;;
+    --normal-priority) priority=normal; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -117,10 +123,16 @@ fi
 [ "$(id -u)" = 0 ] || { log "run as root (installs packages, writes $cache)"; exit 2; }
 
 # Everything below runs at the lowest CPU and I/O priority: other work on this
-# machine (timing-sensitive experiments) must not notice the build.
-if [ -z "${INCAST_KERNEL_NICED:-}" ]; then
+# machine (timing-sensitive experiments) must not notice the build. With
+# --normal-priority it runs at the caller's (a set-up, where nothing else runs).
+case $priority in
+  low) lower=(nice -n 19 ionice -c3) ;;
+  normal) lower=() ;;
+  *) echo "build.sh: INCAST_KERNEL_PRIORITY is low or normal, not $priority" >&2; exit 2 ;;
+esac
+if [ "$priority" = low ] && [ -z "${INCAST_KERNEL_NICED:-}" ]; then
   export INCAST_KERNEL_NICED=1
-  exec nice -n 19 ionice -c3 bash "$0" "${orig_args[@]}"
+  exec "${lower[@]}" bash "$0" "${orig_args[@]}"
 fi
 
 # --- build dependencies (idempotent) ------------------------------------------------
@@ -193,7 +205,7 @@ build_variant() {
   out=$cache/$(compute_key "$(family "$v")")
   image=$(image_of "$v")
   if [ "$(family "$v")" = um ]; then
-    defconfig=arch/um/configs/x86_64_defconfig target=linux built=linux
+    defconfig= target=linux built=linux    # allnoconfig + the fragments
   else
     defconfig=arch/x86/configs/x86_64_defconfig target=bzImage built=arch/x86/boot/bzImage
   fi
@@ -210,7 +222,13 @@ build_variant() {
   for f in "${frags[@]}"; do cp "$f" "$tree/incast-$(basename "$f")"; names+=("incast-$(basename "$f")"); done
   (
     cd "$tree"
-    scripts/kconfig/merge_config.sh -m "$defconfig" "${names[@]}" >/dev/null
+    if [ -n "$defconfig" ]; then
+      scripts/kconfig/merge_config.sh -m "$defconfig" "${names[@]}" >/dev/null
+    else
+      # Lean: every option with a prompt off but what the fragments turn on.
+      cat "${names[@]}" > incast-allconfig
+      make "${make_args[@]}" KCONFIG_ALLCONFIG=incast-allconfig allnoconfig >/dev/null
+    fi
     make "${make_args[@]}" olddefconfig >/dev/null
     # Every fragment line must survive olddefconfig (the last fragment naming a
     # symbol wins): a dropped line means a missing dependency.
@@ -222,7 +240,7 @@ build_variant() {
       done
     log "$v: make $target (log: $out/$v/build.log)"
     mkdir -p "$out/$v"
-    if ! nice -n 19 ionice -c3 make "${make_args[@]}" LOCALVERSION="-incast-$v" "$target" \
+    if ! "${lower[@]}" make "${make_args[@]}" LOCALVERSION="-incast-$v" "$target" \
          > "$out/$v/build.log" 2>&1; then
       tail -30 "$out/$v/build.log" >&2
       exit 1
