@@ -16,8 +16,7 @@ from pathlib import Path
 
 from incast import scenario as scn
 from incast.errors import EXIT_FAILED, EXIT_INTERRUPTED, IncastError, UsageError
-from incast.dataplane import REGISTRY
-from incast.workload import REGISTRY as WORKLOADS
+from incast.registry import DATAPLANES, WORKLOADS
 
 
 # (flag, scenario field, help). Values are validated by the scenario model, not here.
@@ -44,7 +43,7 @@ RUN_FLAGS = [
     ("--sack", "sack", "on | off"),
     ("--dupack-threshold", "dupack_threshold", "duplicate ACKs before fast retransmit"),
     ("--initcwnd", "initcwnd", "initial congestion window, segments"),
-    ("--switch", "switch", "data plane: " + ", ".join(f"{n} ({e.help})" for n, e in REGISTRY.items())),
+    ("--switch", "switch", "data plane: " + ", ".join(f"{n} ({e.help})" for n, e in DATAPLANES.items())),
     ("--kernel", "kernel", "host (this machine's), or stock|hrtimer: inside a VM (kernels/build.sh)"),
     ("--clock", "clock", "real, or virtual: inside User-Mode Linux in virtual time (needs --kernel stock|hrtimer)"),
     ("--rto-random-pct", "rto_random_pct", "hrtimer kernel: RTO + rand(pct)*RTO"),
@@ -111,7 +110,8 @@ def default_out(scenario: scn.Scenario) -> Path:
 
 def cmd_run(args) -> int:
     from incast.run import calibrate
-    from incast.run.experiment import block_lines, run
+    from incast.run.experiment import run
+    from incast.run.phases import block_lines
     from incast.measure.results import one_line
     data, overrides = scenario_from_args(args)
     scenario = scn.build(data, overrides)

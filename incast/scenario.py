@@ -20,7 +20,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 from incast.constants import ETH_HLEN
 from incast.units import (format_rate, format_size, format_time_us, parse_rate, parse_size,
                     parse_time_us)
-from incast.workload import REGISTRY as WORKLOADS
+from incast.registry import DATAPLANES, WORKLOADS
 from incast.errors import ScenarioError
 
 
@@ -59,8 +59,7 @@ def _testbeds():
 
 
 def _dataplanes():
-    from incast.dataplane import REGISTRY    # imports pandas: only when a scenario is validated
-    return REGISTRY
+    return DATAPLANES
 
 
 def _topologies():
@@ -635,10 +634,9 @@ class Scenario(_Model):
 
     @model_validator(mode="after")
     def _fits(self):
-        from incast.dataplane import REGISTRY
         self.switch.class_limits(self.link.mtu)   # raises with a clear message
-        plane = REGISTRY[self.dataplane]
-        can = list(REGISTRY)
+        plane = DATAPLANES[self.dataplane]
+        can = list(DATAPLANES)
         busiest = self.topology.most_hosts_on_a_switch()
         if busiest > plane.max_ports:
             raise ValueError(f"topology: {busiest} ports on one switch; a switch of the {self.dataplane} "
@@ -651,25 +649,25 @@ class Scenario(_Model):
                              "(the papers' rate)")
         if self.link.rate == "auto" and not plane.calibrated:
             raise ValueError(f"link.rate auto: the {self.dataplane} data plane is not calibrated (only "
-                             f"{', '.join(n for n in can if REGISTRY[n].calibrated)}); give it an explicit rate")
+                             f"{', '.join(n for n in can if DATAPLANES[n].calibrated)}); give it an explicit rate")
         if self.switch.pause.enabled and not plane.pause:
             raise ValueError(f"switch.pause: the {self.dataplane} data plane sends no PAUSE frames "
-                             f"(use dataplane {' or '.join(n for n in can if REGISTRY[n].pause)})")
+                             f"(use dataplane {' or '.join(n for n in can if DATAPLANES[n].pause)})")
         pause = self.switch.pause
         if pause.pfc and not plane.pfc:
             raise ValueError(f"switch.pause.pfc: the {self.dataplane} data plane sends no PFC frames (use "
-                             f"dataplane {' or '.join(n for n in can if REGISTRY[n].pfc)})")
+                             f"dataplane {' or '.join(n for n in can if DATAPLANES[n].pfc)})")
         for what, wanted in (("watchdog", pause.watchdog), ("storm", pause.storm)):
             if wanted and not plane.pause_watchdog:
                 raise ValueError(f"switch.pause.{what}: the {self.dataplane} data plane has no PFC watchdog "
                                  "(use dataplane "
-                                 f"{' or '.join(n for n in can if REGISTRY[n].pause_watchdog)})")
+                                 f"{' or '.join(n for n in can if DATAPLANES[n].pause_watchdog)})")
         if pause.enabled and self.topology.kind != "star" and not plane.pause_rx:
             # Its PAUSE would reach the other switch over the trunk and be ignored there:
             # the run would show flow control that half its switches do not do.
             raise ValueError(f"switch.pause across switches ({self.topology.kind}): the {self.dataplane} data "
                              "plane sends PAUSE but obeys none at its ports, so a switch would never hold the "
-                             f"trunk (use dataplane {' or '.join(n for n in can if REGISTRY[n].pause_rx)}, "
+                             f"trunk (use dataplane {' or '.join(n for n in can if DATAPLANES[n].pause_rx)}, "
                              "or topology star)")
         if self.topology.trunk_buffer is not None and (self.dataplane != "linux" or pause.enabled):
             # bmv2's limits and the PAUSE thresholds are the switch's per port; a trunk of
@@ -679,7 +677,7 @@ class Scenario(_Model):
             raise ValueError(f"switch.pause.storm.host: no host {pause.storm.host!r} in this topology")
         if self.switch.pool is not None and not plane.shared_buffer:
             raise ValueError(f"switch.pool: the {self.dataplane} data plane has a fixed buffer per port (use "
-                             f"dataplane {' or '.join(n for n in can if REGISTRY[n].shared_buffer)})")
+                             f"dataplane {' or '.join(n for n in can if DATAPLANES[n].shared_buffer)})")
         if self.switch.pool is not None and self.switch.buffer is None:
             raise ValueError("switch.pool: the queues' caps must be in bytes (switch.buffer, not buffer_packets)")
         if pause.enabled and self.switch.ecn is not None:
@@ -697,13 +695,13 @@ class Scenario(_Model):
                              "in a single switch only (use dataplane linux)")
         if self.switch.ecn is not None and not plane.ecn:
             raise ValueError(f"switch.ecn: the {self.dataplane} data plane does not mark ECN "
-                             f"(use dataplane {' or '.join(n for n in can if REGISTRY[n].ecn)})")
+                             f"(use dataplane {' or '.join(n for n in can if DATAPLANES[n].ecn)})")
         if self.switch.buffer_packets is not None and not plane.packet_buffers:
             raise ValueError(f"switch.buffer_packets: the {self.dataplane} data plane limits its queues "
                              "in bytes; give switch.buffer")
         if self.telemetry.sample != "all" and not plane.telemetry_sampling:
             raise ValueError(f"telemetry.sample: the {self.dataplane} data plane records every packet "
-                             f"(sampling: {' or '.join(n for n in can if REGISTRY[n].telemetry_sampling)})")
+                             f"(sampling: {' or '.join(n for n in can if DATAPLANES[n].telemetry_sampling)})")
         if self.workload.sizing() == "block" and self.workload.block < self.topology.senders:
             raise ValueError("workload.block is smaller than one byte per server")
         if self.switch.qos.queues > 1 and not WORKLOADS[self.workload.kind].dscp:
@@ -746,6 +744,12 @@ class Scenario(_Model):
         if room is None or not self.link.rate:
             return None
         return room * 8 / (self.topology.senders * self.link.rate) * 1e6
+
+    def port_rate(self, trunk: bool) -> int:
+        """A switch port's rate: a trunk's own (topology.trunk_rate), else the link's."""
+        if trunk and self.topology.trunk_rate:
+            return self.topology.trunk_rate
+        return self.link.rate
 
     def block_bytes(self) -> int:
         return sum(self.fragments())

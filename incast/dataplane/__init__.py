@@ -2,7 +2,7 @@
 
 A data plane supplies the Mininet switch class, configures the switches' egress queues
 from the scenario, reads their counters and (optionally) records queue telemetry. Every
-data plane fills the same tables (see incast.results), so analysis and plots do not
+data plane fills the same tables (see incast.measure.results), so analysis and plots do not
 care which one ran.
 """
 from __future__ import annotations
@@ -13,40 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-
-@dataclass(frozen=True)
-class Entry:
-    """What the scenario and the CLI need to know of a data plane without loading it
-    (its module imports Mininet)."""
-    module: str
-    cls: str
-    help: str
-    pause: bool = False             # sends 802.3x PAUSE to the hosts
-    pfc: bool = False               # sends 802.1Qbb PFC per class instead (switch.pause.pfc)
-    pause_rx: bool = False          # obeys PAUSE/PFC at its ports (trunks, hosts)
-    pause_watchdog: bool = False    # a PFC watchdog, and PAUSE storms from a host (switch.pause.watchdog/storm)
-    shared_buffer: bool = False     # a pool every queue of a switch draws from (switch.pool)
-    packet_buffers: bool = True     # switch.buffer_packets (queues limited in packets)
-    calibrated: bool = False        # incast calibrate measures it (link.rate auto)
-    host_tx_checksum: bool = False  # hosts must complete checksums (a software switch forwards frames as they are)
-    telemetry_sampling: bool = False  # telemetry.sample other than "all" (records chosen in the switch)
-    ecn: bool = False               # marks CE above switch.ecn (where the kernel/program can)
-    multi_switch: bool = False      # forwards across several switches (topologies beyond star)
-    max_ports: int = 0              # host ports a switch takes
-
-
-# The one place a data plane is registered: the factory, the scenario's allowed values
-# and the CLI help all read it.
-REGISTRY: dict[str, Entry] = {
-    "linux": Entry("incast.dataplane.linux", "LinuxDataPlane", "kernel bridge + tc", calibrated=True,
-                   ecn=True, multi_switch=True, pause=True, pfc=True, pause_rx=True,
-                   pause_watchdog=True,
-                   max_ports=1023),   # the kernel's BR_MAX_PORTS (1024) less port 0
-    "bmv2": Entry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True, pfc=True,
-                  pause_rx=True, shared_buffer=True,
-                  packet_buffers=False, host_tx_checksum=True, telemetry_sampling=True, ecn=True,
-                  multi_switch=True, max_ports=500),   # incast.p4's NPORTS, 510 is telemetry
-}
+from incast.registry import DATAPLANES
 
 
 @dataclass(frozen=True)
@@ -61,9 +28,7 @@ class Port:
 
 def port_rate(port: Port, scenario) -> int:
     """A switch port's rate: a trunk's own (topology.trunk_rate), else the link's."""
-    if port.trunk and scenario.topology.trunk_rate:
-        return scenario.topology.trunk_rate
-    return scenario.link.rate
+    return scenario.port_rate(port.trunk)
 
 
 def switch_ports(net) -> list[Port]:
@@ -83,10 +48,8 @@ def switch_ports(net) -> list[Port]:
 
 
 class DataPlane(ABC):
+    """A data plane; incast.registry.DATAPLANES says what it can do."""
     name: str
-    # Frames a paced switch port may send back to back after idling (its token bucket):
-    # the link monitor leaves that many out of each backlogged stretch.
-    port_burst_frames: int = 1
 
     def __init__(self, scenario, features):
         self.scenario = scenario
@@ -162,7 +125,7 @@ class DataPlane(ABC):
 
 
 def get(name: str) -> type[DataPlane]:
-    e = REGISTRY.get(name)
+    e = DATAPLANES.get(name)
     if e is None:
-        raise ValueError(f"unknown data plane {name!r} (known: {', '.join(REGISTRY)})")
+        raise ValueError(f"unknown data plane {name!r} (known: {', '.join(DATAPLANES)})")
     return getattr(importlib.import_module(e.module), e.cls)

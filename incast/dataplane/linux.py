@@ -32,8 +32,11 @@ from incast.measure.telemetry import QdiscTracer
 from incast.constants import HOSTS_DIR
 from incast.dataplane import DataPlane, Port, port_rate, switch_ports
 from incast.dataplane.forwarding import flood_ports, next_hops
+from incast.registry import DATAPLANES
 
-BURST_FRAMES = 4        # HTB bucket depth, in full frames
+# HTB bucket depth, in full frames: the registry holds it, for the link monitor and
+# calibration's key, which know the data plane without loading it.
+BURST_FRAMES = DATAPLANES["linux"].port_burst_frames
 EXACT_BURST_FRAMES = 2  # ... where timers are exact (virtual time): one frame of lateness made up
 LEAF_RATE_SHARE = 1e-3  # guaranteed rate of a class; the rest is borrowed in prio order
 
@@ -161,7 +164,6 @@ def flow_control_config(scenario, ports) -> dict:
 
 class LinuxDataPlane(DataPlane):
     name = "linux"
-    port_burst_frames = BURST_FRAMES
     flow_control: subprocess.Popen | None = None   # hosts/switch_pause.py, while it runs
     pause_ports: pd.DataFrame | None = None        # its report: one row per port
     flow_control_report: dict | None = None        # ... and its poll statistics

@@ -216,34 +216,3 @@ def probe() -> Features:
                     rto_min_us_sysctl=rto_us, hrtimer_rto=hrtimer, cc_available=cc_avail, cc_allowed=cc_allowed,
                     tools=tools, bpftrace=version, tracefs=tracefs, tracepoints=tps,
                     qdisc_drop_reasons=_drop_reasons(tracefs), clocksource=_clocksource())
-
-
-def require(features: Features, scenario) -> list[str]:
-    """Raise MissingFeature naming what the scenario needs and the machine lacks: the
-    hosts' needs here, the data plane's and the workload's from their own require().
-
-    Returns notes worth telling the user (e.g. rto_min rounding)."""
-    from incast import dataplane
-    from incast import workload
-    notes = dataplane.get(scenario.dataplane).require(features, scenario)
-    notes += workload.get(scenario.workload.kind).require(features, scenario)
-    if not features.qdiscs.get("tbf"):
-        raise MissingFeature("the kernel lacks the tbf qdisc (CONFIG_NET_SCH_TBF), which paces every host's NIC")
-    if scenario.link.needs_netem and not features.qdiscs.get("netem"):
-        raise MissingFeature("link.delay/jitter/loss need the netem qdisc, which this kernel lacks (CONFIG_NET_SCH_NETEM)")
-    for label, t in scenario.tcp.all_settings():
-        if t.cc not in features.cc_available:
-            raise MissingFeature(f"{label}.cc {t.cc!r} is not available in this kernel "
-                                 f"(available: {' '.join(features.cc_available)})")
-        if (t.hrtimer_rto or t.rto_random_pct or t.delack_us) and not features.hrtimer_rto:
-            raise MissingFeature(f"{label}: hrtimer_rto/rto_random_pct/delack_us need the hrtimer kernel "
-                                 "(kernels/; run with --kernel hrtimer)")
-        rto = t.rto_min
-        if rto != "min" and not features.hrtimer_rto:
-            if not features.rto_min_us_sysctl and rto % 1000:
-                raise MissingFeature(f"{label}.rto_min below ms resolution needs net.ipv4.tcp_rto_min_us "
-                                     "(Linux >= 6.11)")
-            floor = features.effective_rto_floor_us(rto)
-            if floor != rto:
-                notes.append(f"{label}.rto_min {rto} us is rounded by HZ={features.hz} timers to {floor} us")
-    return notes

@@ -32,9 +32,9 @@ def machine() -> dict:
 
 
 def cache_key() -> str:
-    from incast import dataplane
     from incast.constants import NIC_SLACK_FRAMES_MAX, NIC_TIMER_SLACK_US
-    burst = max(dataplane.get(n).port_burst_frames for n, e in dataplane.REGISTRY.items() if e.calibrated)
+    from incast.registry import DATAPLANES
+    burst = max(e.port_burst_frames for e in DATAPLANES.values() if e.calibrated)
     inputs = {"version": VERSION, **machine(), "switch_burst_frames": burst,
               "nic_timer_slack_us": NIC_TIMER_SLACK_US,
               "nic_slack_frames_max": NIC_SLACK_FRAMES_MAX, "ladder": LADDER_MBPS}

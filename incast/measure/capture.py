@@ -18,7 +18,9 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+
 from incast.errors import RunFailed
+from incast.measure.instrument import Instrument, Readings
 
 SNAPLEN = 128
 CAPTURE_DIR = "capture"
@@ -43,17 +45,23 @@ def realtime_minus_monotonic_ns() -> int:
     return best[1]
 
 
-class ServerCapture:
-    """tcpdump on each server's NIC, started before the measurement and stopped after."""
+class ServerCapture(Instrument):
+    """tcpdump on each server's NIC, started before the measurement and stopped after;
+    the summary's capture_dropped."""
 
-    def __init__(self, run_dir: Path, popen):
-        self.dir = Path(run_dir) / CAPTURE_DIR
-        self.popen = popen          # hostconfig.host_popen: a command in a host's namespace
+    def __init__(self, bench):
+        super().__init__(bench)
+        self.dir = Path(bench.run_dir) / CAPTURE_DIR
+        self.popen = bench.popen
         self.procs: list = []
 
-    def start(self, servers) -> None:
+    @classmethod
+    def wanted(cls, scenario, features) -> bool:
+        return scenario.telemetry.capture
+
+    def start(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        for h in servers:
+        for h in self.bench.servers:
             intf = h.defaultIntf().name
             # --immediate-mode: with TPACKET_V3 a partly filled ring block is not read
             # before tcpdump exits, and a short run can fit in one.
@@ -71,7 +79,17 @@ class ServerCapture:
                 p.wait()
                 raise CaptureError(f"tcpdump on {h.name} exited ({p.returncode}) before capturing")
 
-    def stop(self, t0_monotonic_ns: int | None) -> dict:
+    def stop(self) -> Readings:
+        meta = self.finish(self.bench.t0_ns)
+        dropped = [h["dropped_by_kernel"] for h in meta["hosts"].values()]
+        total = None if None in dropped else sum(dropped)
+        messages = []
+        if total:
+            messages.append(f"warning: the capture lost {total} packets (tcpdump's kernel drops): "
+                            "incast explain will say so")
+        return Readings(summary={"capture_dropped": total}, messages=messages)
+
+    def finish(self, t0_monotonic_ns: int | None) -> dict:
         """Stop every tcpdump (it writes out what it holds) and write capture.json."""
         per_host = {}
         for h, p in self.procs:

@@ -34,6 +34,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from incast.measure.instrument import Instrument, Readings
+
 # /proc/stat's columns, in order.
 USER, NICE, SYSTEM, IDLE, IOWAIT, IRQ, SOFTIRQ, STEAL = range(8)
 KTHREADD = 2
@@ -167,3 +169,23 @@ def describe_load(cpu: dict) -> str:
     if cpu.get("cpu_steal"):
         parts.append(f"stolen by the hypervisor {100 * cpu['cpu_steal']:.0f}%")
     return "; ".join(parts)
+
+
+class CpuUse(Instrument):
+    """CPU use from the first measured block of the first repetition to the last of
+    the last (the fidelity object's cpu_* fields)."""
+
+    def __init__(self, bench):
+        super().__init__(bench)
+        self.before: Snapshot | None = None
+        self.after: Snapshot | None = None
+
+    def measuring(self, rep: int) -> None:
+        if self.before is None:
+            self.before = snapshot(self.bench.netns)
+
+    def measured(self, rep: int) -> None:
+        self.after = snapshot(self.bench.netns)
+
+    def stop(self) -> Readings:
+        return Readings(facts={"cpu": use(self.before, self.after)})

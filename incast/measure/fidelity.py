@@ -30,10 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from incast.clock import REAL, Clock
 from incast.constants import BPF_BUILD_DIR
 from incast.measure.cpu import describe_load
+from incast.measure.instrument import Instrument, Readings
 BINARY = BPF_BUILD_DIR / "link-monitor"
 SUB_BITS = 3            # LM_SUB_BITS in incast/bpf/link_monitor.h
 HIST_BUCKETS = 320      # LM_HIST_BUCKETS
@@ -125,20 +127,31 @@ class WatchedLink:
     frame: int          # bytes of a full frame (mtu + Ethernet header)
 
 
-class LinkMonitor:
-    """build/bpf/link-monitor over a set of links: start() before the measured blocks,
-    stop() after them returns the raw aggregates."""
+class LinkMonitor(Instrument):
+    """build/bpf/link-monitor over the links whose service it measures (watched_links):
+    started before the measured blocks, stopped after them; links.parquet, and the
+    links' service and the pacing timers' lateness for the fidelity object. Not where
+    the clock has no BPF (ARCH=um), nor where the monitor is not built (the fidelity
+    object then says the links were not measured)."""
 
-    def __init__(self, links: list[WatchedLink], skip_first: int):
-        self.links = links
-        self.skip_first = skip_first
+    def __init__(self, bench):
+        super().__init__(bench)
+        self.links: list[WatchedLink] = []
         self.proc: subprocess.Popen | None = None
 
+    @classmethod
+    def wanted(cls, scenario, features) -> bool:
+        return monitor_binary() is not None and features.clock.bpf
+
     def start(self) -> None:
+        from incast.registry import DATAPLANES
+        b = self.bench
+        self.links = watched_links(b)
         binary = monitor_binary()
         if binary is None:
             raise FileNotFoundError("build/bpf/link-monitor is not built (scripts/build-bpf.sh)")
-        cmd = [str(binary), "--skip-first", str(self.skip_first)]
+        skip = skip_first(DATAPLANES[b.scenario.dataplane].port_burst_frames)
+        cmd = [str(binary), "--skip-first", str(skip)]
         addr = watchdog_address()
         if addr:
             cmd += ["--watchdog-fn", hex(addr)]
@@ -151,21 +164,43 @@ class LinkMonitor:
             err = self.proc.stderr.read().strip().splitlines()
             raise RuntimeError(f"link monitor failed: {err[-1] if err else line or 'no output'}")
 
-    def stop(self) -> dict:
+    def stop(self) -> Readings:
         p, self.proc = self.proc, None
         if p is None:
-            return {}
+            return Readings()
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=30)
         if p.returncode:
             raise RuntimeError(f"link monitor failed: {err.strip()[-500:] or p.returncode}")
-        return json.loads(out.strip().splitlines()[-1])
+        raw = json.loads(out.strip().splitlines()[-1])
+        if not raw:
+            return Readings()
+        rows = link_rows(self.links, raw)
+        return Readings(tables={"links.parquet": pd.DataFrame(rows)},
+                        facts={"link_rows": rows, "watchdog": raw.get("watchdog"), "monitored": True})
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+
+def watched_links(bench) -> list[WatchedLink]:
+    """The links whose service the link monitor measures: the switch ports a qdisc
+    paces (the data plane says which) and every host's NIC."""
+    from incast.constants import ETH_HLEN, WIRE_OVERHEAD
+    from incast.machine import resources
+    scenario = bench.scenario
+    frame = scenario.link.mtu + ETH_HLEN
+    links = [WatchedLink(p.name, "switch", bench.world_inode, p.ifindex, scenario.port_rate(p.trunk),
+                         WIRE_OVERHEAD, frame)
+             for p in bench.dataplane.paced_ports()]
+    for h in bench.net.hosts:
+        intf = h.defaultIntf().name
+        inode, index = resources.interface_index(h.netns_path, intf)
+        links.append(WatchedLink(intf, "nic", inode, index, scenario.link.rate, WIRE_OVERHEAD, frame))
+    return links
 
 
 def link_rows(links: list[WatchedLink], raw: dict) -> list[dict]:

@@ -23,6 +23,7 @@ import fcntl
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -146,6 +147,13 @@ class Claim:
             self._lock_fd = None
 
     __del__ = release
+
+
+@dataclass
+class Outcome:
+    """A finished run: where its results are, and its summary."""
+    run_dir: Path
+    summary: dict
 
 
 class ResultsDir:

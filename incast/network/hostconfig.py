@@ -20,11 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 import subprocess
 from dataclasses import dataclass, field
 
-from incast import dataplane as dataplanes
+from incast.registry import DATAPLANES
 from incast.machine import netdev
 from incast.machine.resources import setns
 from incast.constants import NIC_SLACK_FRAMES_MAX, NIC_TIMER_SLACK_US, WIRE_OVERHEAD
-from incast.constants import RTO_COUNTERS
 from incast.constants import ETH_HLEN
 
 NIC_QUEUE_PACKETS = 10_000
@@ -361,7 +360,7 @@ def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
     (which has no netlink builder here) is made by a tc batch in the same shell."""
     neighbours = static_neighbours(hosts, servers)
     profiles = {h.name: TcpProfile.of(scenario, features, h.name) for h in hosts}
-    tx_off = dataplanes.REGISTRY[scenario.dataplane].host_tx_checksum
+    tx_off = DATAPLANES[scenario.dataplane].host_tx_checksum
     nic_by_tc = scenario.link.needs_netem
     if not nic_by_tc:
         from pyroute2 import IPRoute     # imported late: about a second under User-Mode Linux
@@ -458,38 +457,3 @@ class InEachNamespace:
     def join(self) -> dict[str, tuple[str | None, object]]:
         self.thread.join()
         return self.results
-
-
-def read_counters(hosts) -> dict[str, dict[str, int]]:
-    """The TCP MIB counters of each host's namespace, from its /proc/thread-self/net."""
-    read = InEachNamespace(hosts, lambda h: _mib_counters("/proc/thread-self/net")).join()
-    failed = [f"{name}: {error}" for name, (error, _) in read.items() if error]
-    if failed:
-        raise RuntimeError(f"reading TCP counters failed: {failed[0]}")
-    return {name: counters for name, (_, counters) in read.items()}
-
-
-def _mib_counters(net_dir: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for name in ("snmp", "netstat"):
-        try:
-            lines = open(f"{net_dir}/{name}").read().splitlines()
-        except OSError:
-            continue
-        for head, vals in zip(lines[::2], lines[1::2]):
-            prefix, keys = head.split(":", 1)
-            _, values = vals.split(":", 1)
-            if prefix not in ("Tcp", "TcpExt"):
-                continue
-            for k, v in zip(keys.split(), values.split()):
-                out[k] = int(v)
-    return out
-
-
-# TCPSpuriousRtxHostQueues: retransmissions (an RTO's among them) the kernel deferred
-# because the original was still in the host's own queue: counted, never on the wire,
-# so a capture cannot see them: where a trace finds fewer timeouts than the kernel
-# counted, this says whether that is why.
-COUNTERS = [*RTO_COUNTERS, "RetransSegs", "TCPLossProbes", "TCPSpuriousRTOs", "TCPFastRetrans",
-            "TCPSlowStartRetrans", "TCPLostRetransmit", "DelayedACKs", "TCPSackRecovery",
-            "TCPRenoRecovery", "TCPSpuriousRtxHostQueues", "InSegs", "OutSegs"]

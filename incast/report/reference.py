@@ -133,7 +133,7 @@ _PARSERS = {"parse_size": "size", "parse_rate": "rate", "parse_time_us": "time",
             "_sample": "`all`, `1/N`, `change:SIZE` or `above:SIZE`", "_sysctl_value": "text"}
 _UNITS = {"size": format_size, "rate": format_rate, "time": format_time_us,
           "rate or `auto`": format_rate, "time or `min`": format_time_us}
-_HELP = {"dataplane": "incast.dataplane", "workload.kind": "incast.workload"}
+_HELP = {"dataplane": "DATAPLANES", "workload.kind": "WORKLOADS"}
 
 
 def _meta_kind(metadata) -> str | None:
@@ -257,11 +257,11 @@ def _cli_flags() -> set[str]:
 
 
 def _help_of(path: str) -> dict[str, str]:
-    module = _HELP.get(path)
-    if not module:
+    name = _HELP.get(path)
+    if not name:
         return {}
-    import importlib
-    registry = importlib.import_module(module).REGISTRY
+    from incast import registry as registries
+    registry = getattr(registries, name)
     return {name: entry.help for name, entry in registry.items()}
 
 

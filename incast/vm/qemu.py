@@ -44,8 +44,34 @@ KVM_SILENCE_S = 20          # a KVM guest that prints nothing for this long is n
 _kvm_broken = False
 
 
+LABEL = "VM"
+BUILD_HINT = "kernels/build.sh"
+
+
 def qemu_binary() -> str | None:
     return shutil.which(QEMU)
+
+
+def variant(kernel: str) -> str:
+    """The kernels/ build a VM boots for a scenario's kernel: its own."""
+    return kernel
+
+
+def missing() -> str | None:
+    """What this machine lacks to boot a VM, or None."""
+    if qemu_binary() is None:
+        return "--kernel needs qemu-system-x86_64 (Debian package qemu-system-x86)"
+    return None
+
+
+def run_scenario(command: str, kernel: str, scenario, results_dir, cwd, on_line, log) -> VMResult:
+    """Run an incast command (a run of the scenario) in a VM on the real clock."""
+    log(f"booting the {kernel} kernel")
+    return run(command, kernel=kernel, results_dir=results_dir, timeout=3600, cwd=cwd, on_line=on_line)
+
+
+def report(result: VMResult, log) -> None:
+    """Nothing to add: the VM's time is the host's."""
 
 
 def kvm_usable() -> bool:

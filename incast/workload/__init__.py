@@ -6,7 +6,7 @@ connection, the sender's TCP state at the end. The runner (incast.experiment) me
 around it: it is told when the measured blocks begin and end, so counters, CPU time
 and queue statistics cover exactly those blocks, whatever the workload.
 
-`workload.kind` in the scenario names a driver in REGISTRY.
+`workload.kind` in the scenario names a driver in incast.registry.WORKLOADS.
 """
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ import subprocess
 import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Callable
+
 from incast.errors import RunFailed
+from incast.registry import WORKLOADS
 
 # The programs that run on the emulated hosts (standard library only).
 from incast.constants import HOSTS_DIR  # noqa: F401  (workloads find their host programs here)
@@ -102,35 +104,8 @@ class Workload(ABC):
         return sum(self.scenario.fragments())
 
 
-@dataclass(frozen=True)
-class Entry:
-    """What the scenario and the CLI need to know of a workload without loading it."""
-    module: str
-    cls: str
-    help: str
-    # How a block is sized: "fragment": every server sends workload.sru per block;
-    # "block": workload.block bytes are split over the servers.
-    sizing: Literal["fragment", "block"] = "fragment"
-    # Marks its servers' data with the class's DSCP (switch.qos.queues > 1 needs it).
-    dscp: bool = True
-    label: str = ""     # what the scenario's one-line description calls it ("" for the papers' read)
-
-
-# The one place a workload is named: the scenario's workload.kind values, the factory
-# and the CLI help all read it.
-REGISTRY: dict[str, Entry] = {
-    "fixed-fragment": Entry("incast.workload.synchronized_read", "SynchronizedRead",
-                            "each server sends sru per block (FAST'08, WREN'09)"),
-    "fixed-block": Entry("incast.workload.synchronized_read", "SynchronizedRead",
-                         "block bytes split over the servers (SIGCOMM'09)", sizing="block"),
-    "memcached": Entry("incast.workload.memcached", "MemcachedMultiget",
-                       "a multiget of sru bytes from every memcached server", dscp=False,
-                       label="memcached multiget"),
-}
-
-
 def get(kind: str) -> type[Workload]:
-    e = REGISTRY.get(kind)
+    e = WORKLOADS.get(kind)
     if e is None:
-        raise ValueError(f"unknown workload {kind!r} (known: {', '.join(REGISTRY)})")
+        raise ValueError(f"unknown workload {kind!r} (known: {', '.join(WORKLOADS)})")
     return getattr(importlib.import_module(e.module), e.cls)

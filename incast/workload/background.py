@@ -11,18 +11,27 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pandas as pd
+
 from incast.constants import HOSTS_DIR
+from incast.measure.instrument import Instrument, Readings
 
 BASE_PORT = 6000
 
 
-class BackgroundTraffic:
-    def __init__(self, scenario, popen, lines):
-        self.flows = scenario.background
-        self.popen, self.lines = popen, lines
+class BackgroundTraffic(Instrument):
+    def __init__(self, bench):
+        super().__init__(bench)
+        self.flows = bench.scenario.background
+        self.popen, self.lines = bench.popen, bench.lines
         self.sinks, self.sources, self.marks, self.rows = [], [], {}, []
 
-    def start(self, net) -> None:
+    @classmethod
+    def wanted(cls, scenario, features) -> bool:
+        return bool(scenario.background)
+
+    def start(self) -> None:
+        net = self.bench.net
         for i, f in enumerate(self.flows):
             dst, src = net.get(f.dst), net.get(f.src)
             port = BASE_PORT + i
@@ -58,8 +67,13 @@ class BackgroundTraffic:
                               "bytes": b1 - b0, "seconds": seconds,
                               "goodput_mbps": (b1 - b0) * 8 / seconds / 1e6 if seconds > 0 else 0.0})
 
-    def stop(self) -> None:
+    def stop(self) -> Readings:
         for p in self.sources + [s for s, _ in self.sinks]:
             if p.poll() is None:
                 p.kill()
             p.wait()
+        table = pd.DataFrame(self.rows)
+        summary = {}
+        if len(table):
+            summary["background_mbps"] = [round(float(g), 3) for g in table.groupby("flow")["goodput_mbps"].mean()]
+        return Readings(tables={"background.parquet": table}, summary=summary)

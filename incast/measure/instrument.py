@@ -1,0 +1,114 @@
+"""Instruments: what measures a run beside its workload, all of one shape.
+
+An instrument is started once the network and the workload's servers are up, is told
+when each repetition's measured blocks begin (``measuring``) and end (``measured``),
+and is stopped after the last repetition, when it hands back its ``Readings``: the
+tables it writes into the results directory, the fields it adds to summary.json,
+lines for the user, and facts the run judges itself by (incast.measure.fidelity).
+
+The runner measures with the instruments the scenario asks for (``wanted``), in the
+order of ``incast.registry.INSTRUMENTS``. Adding a table is a new instrument: its
+file, and its line in the registry.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from incast.registry import INSTRUMENTS
+
+
+@dataclass
+class Bench:
+    """The run as an instrument sees it: the scenario, the built network, where the
+    results go, and how to start a process on a host."""
+    scenario: object
+    features: object            # incast.machine.probe.Features: the kernel and its clock
+    dataplane: object           # incast.dataplane.DataPlane: its ports, counters and telemetry
+    net: object                 # the started Mininet network
+    client: object
+    servers: list
+    dscps: list[int]            # each server's DSCP, in the order of servers
+    netns: frozenset[int]       # inodes of the run's network namespaces (its hosts' and the switches')
+    world_inode: int            # inode of the switches' namespace
+    run_dir: Path               # the results directory being written
+    popen: Callable             # popen(host, argv, **kw): a process in a host's namespace
+    lines: Callable             # lines(proc, what): its stdout line by line, with a stall detector
+    log: Callable = lambda msg: None
+    t0_ns: int | None = None    # CLOCK_MONOTONIC as the first measured block began: the time axis
+
+
+@dataclass
+class Readings:
+    """What instruments hand back when they stop (and, merged, what they all did)."""
+    tables: dict = field(default_factory=dict)      # results file name -> pandas DataFrame
+    summary: dict = field(default_factory=dict)     # summary.json fields
+    messages: list[str] = field(default_factory=list)   # lines for the user ("warning: ..." where one is)
+    facts: dict = field(default_factory=dict)       # what the run is judged by, not written as it is
+
+    def add(self, other: Readings) -> None:
+        self.tables.update(other.tables)
+        self.summary.update(other.summary)
+        self.messages += other.messages
+        self.facts.update(other.facts)
+
+
+class Instrument:
+    """The contract; every step does nothing unless an instrument says otherwise."""
+
+    def __init__(self, bench: Bench):
+        self.bench = bench
+
+    @classmethod
+    def wanted(cls, scenario, features) -> bool:
+        """Whether a run of this scenario on this machine measures with it."""
+        return True
+
+    def start(self) -> None:
+        """Before the first repetition: start what records (return once it does)."""
+
+    def measuring(self, rep: int) -> None:
+        """Just before repetition rep's first measured block."""
+
+    def measured(self, rep: int) -> None:
+        """Just after its last measured block."""
+
+    def stop(self) -> Readings:
+        """After the last repetition: stop, and say what was measured."""
+        return Readings()
+
+
+def selected(scenario, features) -> list[type[Instrument]]:
+    """The instruments a run of the scenario measures with, in the registry's order."""
+    classes = [getattr(importlib.import_module(e.module), e.cls) for e in INSTRUMENTS.values()]
+    return [c for c in classes if c.wanted(scenario, features)]
+
+
+class Instruments:
+    """Several instruments driven as one: started and told of the measured blocks'
+    beginning in order; told of their end and stopped in the reverse order."""
+
+    def __init__(self, classes: list[type[Instrument]], bench: Bench):
+        self.bench = bench
+        self.all = [cls(bench) for cls in classes]
+
+    def start(self) -> None:
+        for i in self.all:
+            i.start()
+
+    def measuring(self, rep: int) -> None:
+        for i in self.all:
+            i.measuring(rep)
+
+    def measured(self, rep: int) -> None:
+        for i in reversed(self.all):
+            i.measured(rep)
+
+    def stop(self) -> Readings:
+        stopped = [i.stop() for i in reversed(self.all)]
+        readings = Readings()
+        for r in reversed(stopped):     # merged in the registry's order
+            readings.add(r)
+        return readings

@@ -1,0 +1,130 @@
+"""Flow control while a run measures: PAUSE (802.3x) and PFC (802.1Qbb) at the hosts
+and the switches.
+
+A veth ignores PAUSE, so with ``switch.pause`` on each host runs an agent
+(hosts/pause_agent.py) that stops its NIC's queue when a PAUSE reaches it, and the
+data plane starts what sends and obeys PAUSE at the switches
+(``DataPlane.start_flow_control``: a process for the linux plane, nothing for a P4
+switch that does it in its pipeline). A storming host's agent keeps sending PAUSE from
+``switch.pause.storm.after`` past the first measured block. What they did lands in
+the summary (frames, paused time, the hosts' reaction, the headroom that reaction
+needs against the headroom the buffer has) and, per switch port, in
+``pause_ports.parquet``.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import numpy as np
+
+from incast.constants import HOSTS_DIR
+from incast.errors import RunFailed
+from incast.measure.instrument import Instrument, Readings
+from incast.network import hostconfig
+
+
+class FlowControl(Instrument):
+
+    def __init__(self, bench):
+        super().__init__(bench)
+        self.agents: list = []       # (host, its agent's process)
+        self.storming = False
+
+    @classmethod
+    def wanted(cls, scenario, features) -> bool:
+        return scenario.switch.pause.enabled
+
+    def start(self) -> None:
+        b, scenario = self.bench, self.bench.scenario
+        classes = host_classes(scenario, b.net.hosts, b.servers, b.dscps)
+        storm = scenario.switch.pause.storm
+        for h in b.net.hosts:
+            args = hostconfig.pause_agent_args(h.defaultIntf().name, scenario, b.features)
+            args += ["--classes", ",".join(map(str, sorted(classes[h.name])))]
+            if storm and storm.host == h.name:
+                args += ["--storm-after-us", str(storm.after), "--storm-us", str(storm.duration),
+                         "--quanta", str(scenario.switch.pause.quanta)]
+            self.agents.append((h, b.popen(h, [sys.executable, str(HOSTS_DIR / "pause_agent.py"), *args],
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+        for h, a in self.agents:
+            b.lines(a, f"PAUSE agent on {h.name}").expect("READY")
+        b.dataplane.start_flow_control(b.run_dir)
+
+    def measuring(self, rep: int) -> None:
+        """The storming host's agent learns that the measured blocks begin (its storm
+        starts switch.pause.storm.after later)."""
+        storm = self.bench.scenario.switch.pause.storm
+        if self.storming or not storm:
+            return
+        self.storming = True
+        for h, a in self.agents:
+            if h.name == storm.host:
+                a.send_signal(signal.SIGUSR1)
+
+    def stop(self) -> Readings:
+        b, scenario = self.bench, self.bench.scenario
+        ports = b.dataplane.stop_flow_control()
+        pause = stop_agents(self.agents, b.dataplane)
+        for edge in ("storm_start", "storm_end"):   # on the blocks' time axis
+            if f"{edge}_ns" in pause and b.t0_ns is not None:
+                pause[f"{edge}_us"] = round((pause.pop(f"{edge}_ns") - b.t0_ns) / 1000, 1)
+        summary = pause_summary(scenario, pause)
+        messages = []
+        room, needed = summary["pause_headroom_bytes"], summary["pause_headroom_needed_bytes"]
+        if room is not None and needed > room:
+            messages.append(
+                f"warning: PAUSE cannot keep this buffer lossless: {room} B above XOFF, but "
+                f"{needed} B can still arrive after it ({scenario.topology.senders} senders, each "
+                "with the frames on their way and what it sends during the slowest reaction this run "
+                "measured); give switch.buffer more room or switch.pause.xoff less")
+        return Readings(tables={"pause_ports.parquet": ports} if ports is not None else {},
+                        summary=summary, messages=messages)
+
+
+def host_classes(scenario, hosts, servers, dscps) -> dict[str, set[int]]:
+    """The traffic classes each host sends data in (the servers' DSCPs, background
+    flows'); a host that sends only ACKs and requests sends them in class 0."""
+    table = scenario.switch.qos.dscp_table()
+    classes: dict[str, set[int]] = {h.name: set() for h in hosts}
+    for server, dscp in zip(servers, dscps):
+        classes[server.name].add(table[dscp])
+    for f in scenario.background:
+        classes[f.src].add(table[f.dscp])
+    return {name: c or {0} for name, c in classes.items()}
+
+
+def stop_agents(agents, dp) -> dict:
+    pause = {"paused_ms": 0.0, "pause_frames_received": 0, "pause_token_frames": 0, "reaction_us": []}
+    for h, a in agents:
+        a.terminate()
+        out, err = a.communicate(timeout=30)
+        if not out.strip():
+            raise RunFailed(f"PAUSE agent on {h.name} failed: {err.strip()[-1500:] or 'no output'}")
+        stats = json.loads(out.strip().splitlines()[-1])
+        pause["paused_ms"] += stats["paused_ms"]
+        pause["pause_frames_received"] += stats["pause_frames"] + stats["resume_frames"]
+        pause["reaction_us"] += stats["reaction_us"]
+        pause["pause_token_frames"] += stats["drains"]
+        if "storm_frames" in stats:     # times as monotonic ns: the summary makes them relative
+            pause.update({k: stats[k] for k in ("storm_frames", "storm_start_ns", "storm_end_ns") if k in stats})
+    pause.update(dp.pause_counters())
+    return pause
+
+
+def pause_summary(scenario, pause: dict) -> dict:
+    reactions = pause.pop("reaction_us")
+    worst = float(max(reactions)) if reactions else 0.0
+    return {"pause_frames": pause["pause_frames_sent"] + pause["xon_frames_sent"],
+            # The buffer above XOFF against what can still arrive once a port passes it,
+            # with the slowest reaction this run measured (a warning where it cannot hold it).
+            "pause_headroom_bytes": scenario.pause_headroom_bytes(),
+            "pause_headroom_needed_bytes": scenario.pause_headroom_needed(worst),
+            "paused_ms": round(pause["paused_ms"], 3),
+            "pause_reaction_us_p50": float(np.median(reactions)) if reactions else None,
+            "pause_reaction_us_p99": float(np.percentile(reactions, 99)) if reactions else None,
+            **dict(zip(("pause_xoff_bytes", "pause_xon_bytes"), scenario.switch.port_pause_thresholds(
+                scenario.link.mtu, scenario.topology.senders))),
+            **pause}
