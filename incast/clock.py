@@ -27,6 +27,8 @@ class Clock:
     bpf: bool                # BPF programs on tracepoints: link monitor and per-event telemetry
     cpu_can_saturate: bool   # a busy CPU can slow the emulation (fidelity watches it)
     calibrated: bool         # link rates are judged against this machine's calibration
+    simulated: bool          # time moves only when the guest is idle, not with the wall clock
+    host_kernel: bool        # a run may use this machine's own kernel (else a guest's)
     guest_runner: str        # what runs a guest kernel on this clock (incast.vm.<name>)
     guest_build_hint: str    # how to build that kernel
 
@@ -37,9 +39,10 @@ class Clock:
 
 
 REAL = Clock("real", exact_timers=False, bpf=True, cpu_can_saturate=True, calibrated=True,
-             guest_runner="qemu", guest_build_hint="kernels/build.sh")
+             simulated=False, host_kernel=True, guest_runner="qemu", guest_build_hint="kernels/build.sh")
 VIRTUAL = Clock("virtual", exact_timers=True, bpf=False, cpu_can_saturate=False, calibrated=False,
-                guest_runner="uml", guest_build_hint="kernels/build.sh --uml")
+                simulated=True, host_kernel=False, guest_runner="uml",
+                guest_build_hint="kernels/build.sh --uml")
 CLOCKS = {c.name: c for c in (REAL, VIRTUAL)}
 
 

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
                       create_model, field_validator, model_validator)
 
+from incast import clock as clocks
 from incast.constants import ETH_HLEN
 from incast.units import (format_rate, format_size, format_time_us, parse_rate, parse_size,
                     parse_time_us)
@@ -641,10 +642,11 @@ class Scenario(_Model):
         if busiest > plane.max_ports:
             raise ValueError(f"topology: {busiest} ports on one switch; a switch of the {self.dataplane} "
                              f"data plane takes at most {plane.max_ports}")
-        if self.clock == "virtual" and self.kernel == "host":
-            raise ValueError("clock virtual runs a User-Mode Linux kernel, not this machine's: "
-                             "choose kernel stock or hrtimer (built by kernels/build.sh --uml)")
-        if self.clock == "virtual" and self.link.rate == "auto":
+        clock = clocks.named(self.clock)
+        if not clock.host_kernel and self.kernel == "host":
+            raise ValueError(f"clock {clock.name} runs a User-Mode Linux kernel, not this machine's: "
+                             f"choose kernel stock or hrtimer (built by {clock.guest_build_hint})")
+        if not clock.calibrated and self.link.rate == "auto":
             raise ValueError("link.rate auto: in virtual time every rate holds; give one, e.g. --link-rate 1Gbit "
                              "(the papers' rate)")
         if self.link.rate == "auto" and not plane.calibrated:

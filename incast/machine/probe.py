@@ -16,7 +16,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from incast.clock import VIRTUAL, Clock
+from incast.clock import Clock
 from incast.clock import of_clocksource as clock_of
 from incast.errors import MissingFeature
 
@@ -49,7 +49,7 @@ class Features:
 
     @property
     def virtual_time(self) -> bool:
-        return self.clock is VIRTUAL
+        return self.clock.simulated
 
     @property
     def jiffy_us(self) -> int:

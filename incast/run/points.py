@@ -57,8 +57,10 @@ def kernel_key(kernel: str, clock: str) -> str:
     """What identifies the kernel a point runs on (see the module's docstring)."""
     if kernel == "host":
         return f"host:{platform.release()}:{platform.version()}"
-    from incast.vm import guest, uml
-    variant = uml.variant(kernel) if clock == "virtual" else kernel
+    from incast import vm
+    from incast.clock import named
+    from incast.vm import guest
+    variant = vm.runner(named(clock)).variant(kernel)
     d = guest.kernel_dir(variant)
     return f"{variant}:{d.name if d else 'not-built'}"
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from incast import scenario as scn
+from incast.clock import named
 from incast.measure.results import Claim, flat_summary
 
 
@@ -107,13 +108,13 @@ class SweepOutcome:
 def default_jobs(points) -> int:
     """One point per core where every point is in virtual time (runs there cannot
     disturb each other's results); one at a time otherwise."""
-    if points and all(s.clock == "virtual" for _, s in points):
+    if points and all(not named(s.clock).cpu_can_saturate for _, s in points):
         return max(1, len(os.sched_getaffinity(0)))
     return 1
 
 
 def check_jobs(points, jobs: int, force: bool) -> None:
-    real = sum(s.clock != "virtual" for _, s in points)
+    real = sum(named(s.clock).cpu_can_saturate for _, s in points)
     if jobs < 1:
         raise scn.ScenarioError("--jobs: at least 1")
     if jobs > 1 and real and not force:
@@ -157,7 +158,7 @@ def run_sweep(points, grid: dict, repeats: int, out: Path, unique: bool, meta: d
             _advance(bar, rows[i])
         else:
             tasks.append(executors.Task(i, key, f"{i:03d}-{_label(values)}", scn.to_toml(s),
-                                        s.clock == "virtual"))
+                                        not named(s.clock).cpu_can_saturate))
     reused = len(rows)
     if reused:
         log(f"{reused} of {len(runs)} runs already measured (point store {store.root}); "
