@@ -5,7 +5,7 @@ Every entry says what the scenario, the CLI and the documentation need to know o
 implementation without loading it: the modules behind them import Mininet, pandas or
 a switch's tools, and this one imports nothing, so that any stage may consult it. The
 implementation is loaded by the factory of its own package (``incast.dataplane.get``,
-``incast.workload.get``, ``incast.network.topology.load``, ``incast.measure.instrument
+``incast.workload.get``, ``incast.topology.load``, ``incast.measure.instrument
 .selected``).
 """
 from __future__ import annotations

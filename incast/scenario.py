@@ -64,22 +64,26 @@ def _dataplanes():
 
 
 def _topologies():
-    from incast.network.topology import known
+    from incast.topology import known
     return known()
 
 
-# Topologies with a second switch for far servers and far hosts (topologies/*.py).
-TWO_SIDED = ("two_switch", "leaf_spine")
-# Topologies whose switches are joined by trunks (topology.trunk_rate).
-TRUNKED = TWO_SIDED + ("fan_in",)
 # SIGCOMM'09 Figure 13's largest point.
 MAX_SENDERS = 2048
-# fan_in's default: an edge switch per this many servers (a Linux bridge takes 1023 ports).
-SERVERS_PER_EDGE = 1000
+# Fields of any topology whose switches are joined by trunks; the others beyond kind
+# and senders are parameters of the topologies that declare them (topologies/*.py).
+TRUNK_FIELDS = ("trunk_rate", "trunk_buffer")
+
+
+def _kinds(kinds: list[str]) -> str:
+    if len(kinds) == 1:
+        return f"kind {kinds[0]}"
+    return "kinds " + (" and ".join(kinds) if len(kinds) == 2 else ", ".join(kinds))
 
 
 class Topology(_Model):
-    """Which Mininet topology (a file in topologies/) and how many servers answer."""
+    """Which Mininet topology (a file in topologies/) and how many servers answer. What
+    a topology has (its hosts, its ports, its trunks) is asked of its Topo, built."""
     kind: Annotated[str, _registered("topology", _topologies)] = "star"   # topologies/<kind>.py
     senders: int = Field(1, ge=1, le=MAX_SENDERS, description="servers answering each block (beyond a "
                          "switch's ports: topology fan_in)")
@@ -96,54 +100,36 @@ class Topology(_Model):
 
     @model_validator(mode="after")
     def _fits_the_kind(self):
-        if self.kind not in TWO_SIDED and self.far is not None:
-            raise ValueError(f"topology.far is for kinds {' and '.join(TWO_SIDED)}, not {self.kind}")
-        for name in ("trunk_rate", "trunk_buffer"):
-            if self.kind not in TRUNKED and getattr(self, name) is not None:
-                raise ValueError(f"topology.{name} is for kinds {', '.join(TRUNKED)}, not {self.kind}")
-        if self.kind != "leaf_spine" and self.spines is not None:
-            raise ValueError(f"topology.spines is for kind leaf_spine, not {self.kind}")
-        if self.kind != "fan_in" and self.edges is not None:
-            raise ValueError(f"topology.edges is for kind fan_in, not {self.kind}")
-        if self.kind == "fan_in" and self.others:
-            raise ValueError("topology.others: fan_in carries no background hosts")
-        if self.edges is not None and self.edges > self.senders:
-            raise ValueError(f"topology.edges ({self.edges}) is more than the {self.senders} servers")
-        if self.far is not None and self.far > self.senders:
-            raise ValueError(f"topology.far ({self.far}) is more than the {self.senders} servers")
+        from incast import topology
+        declared = topology.parameters(self.kind)
+        for name, f in type(self).model_fields.items():
+            if name in ("kind", "senders") or getattr(self, name) == f.default:
+                continue
+            if name in TRUNK_FIELDS:
+                fits, kinds = topology.trunked(self.kind), [k for k in topology.known() if topology.trunked(k)]
+            else:
+                fits, kinds = name in declared, [k for k in topology.known() if name in topology.parameters(k)]
+            if not fits:
+                raise ValueError(f"topology.{name} is for {_kinds(kinds)}, not {self.kind}")
+        self._facts()       # the topology refuses what it cannot build
         return self
 
-    def params(self) -> dict:
-        """Keyword arguments of the Topo class beyond senders."""
-        p = {"others": self.others}
-        if self.far is not None:
-            p["far"] = self.far
-        if self.spines is not None:
-            p["spines"] = self.spines
-        if self.kind == "fan_in":
-            p["edges"] = self.edge_switches()
-        return p
+    def _facts(self):
+        from incast import topology
+        given = tuple((n, getattr(self, n)) for n in topology.parameters(self.kind) if getattr(self, n) is not None)
+        return topology.facts(self.kind, self.senders, given)
 
-    def edge_switches(self) -> int:
-        """fan_in: its edge switches, given or one per SERVERS_PER_EDGE servers."""
-        return self.edges or -(-self.senders // SERVERS_PER_EDGE)
+    def params(self) -> dict:
+        """Keyword arguments of the Topo class beyond senders, as it resolves them."""
+        return dict(self._facts().params)
 
     def most_hosts_on_a_switch(self) -> int:
-        """Host ports of the busiest switch: the client's (near) one, or the far one
-        (fan_in: the busiest edge switch, or the root's client and trunks)."""
-        if self.kind == "fan_in":
-            edges = self.edge_switches()
-            return max(-(-self.senders // edges) + 1, 1 + edges)
-        if self.kind not in TWO_SIDED:
-            return 1 + self.senders + self.others
-        far = self.senders // 2 if self.far is None else self.far
-        return max(1 + self.senders - far, far) + self.others
+        """Ports of the busiest switch (hosts and trunks)."""
+        return self._facts().busiest_switch_ports
 
     def hosts(self) -> list[str]:
-        """Every host name the topology will have (without building it)."""
-        names = ["client"] + [f"server{i}" for i in range(1, self.senders + 1)]
-        sides = ("near", "far") if self.kind in TWO_SIDED else ("near",)
-        return names + [f"{side}{i}" for side in sides for i in range(1, self.others + 1)]
+        """Every host name the topology has: the client, the servers, the others."""
+        return list(self._facts().hosts)
 
 
 def _rate_or_auto(value):

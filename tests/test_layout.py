@@ -20,7 +20,7 @@ STAGES = [
 ORDER = {name: i for i, (name, _) in enumerate(STAGES)}
 # The registries: what a module of any stage may import from a later one.
 REGISTRIES = {("incast.dataplane", "REGISTRY"), ("incast.dataplane", "get"),
-              ("incast.workload", "REGISTRY"), ("incast.network.topology", "known")}
+              ("incast.workload", "REGISTRY"), ("incast.topology", "known")}
 # Modules imported whole for their registry (dataplane.REGISTRY, dataplane.get(...)).
 REGISTRY_MODULES = {"incast.dataplane", "incast.workload"}
 

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from conftest import needs_root, run_json
-from incast.network import topology
+from incast import topology
 from incast.errors import ScenarioError
 from incast.scenario import build
 

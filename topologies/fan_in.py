@@ -8,7 +8,7 @@ Linux bridge takes 1023, so SIGCOMM'09 Figure 13's largest points need several
 switches; with ``topology.trunk_rate`` well above the link's the trunks carry each
 edge's share without becoming the bottleneck (a run's queues.parquet says how much
 each trunk's queue held and dropped). ``edges``: edge switches (default one per 1000
-servers). Usable by plain Mininet too:
+servers). It carries no background hosts. Usable by plain Mininet too:
 
     mn --custom topologies/fan_in.py --topo fan_in,8,edges=2 --switch lxbr
 """
@@ -19,10 +19,11 @@ SERVERS_PER_EDGE = 1000     # default: a Linux bridge's 1023 ports, with room to
 
 class FanInTopo(Topo):
 
-    def build(self, senders=1, edges=None, others=0):
+    def build(self, senders=1, edges=None):
         edges = edges or -(-senders // SERVERS_PER_EDGE)
-        if others:
-            raise ValueError("fan_in carries no background hosts (others)")
+        if edges > senders:
+            raise ValueError(f"edges ({edges}) is more than the {senders} servers")
+        self.params = {"edges": edges}
         root = self.addSwitch("s1")
         self.client = self.addHost("client")
         self.addLink(self.client, root)     # port 1 of s1 faces the client: the bottleneck

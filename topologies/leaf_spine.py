@@ -21,6 +21,9 @@ class LeafSpineTopo(Topo):
 
     def build(self, senders=1, far=None, others=0, spines=2):
         far = senders // 2 if far is None else far
+        if far > senders:
+            raise ValueError(f"far ({far}) is more than the {senders} servers")
+        self.params = {"far": far, "others": others, "spines": spines}
         leaves = [self.addSwitch("s1"), self.addSwitch("s2")]
         self.client = self.addHost("client")
         self.addLink(self.client, leaves[0])    # port 1 of s1 faces the client: the bottleneck

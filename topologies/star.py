@@ -12,6 +12,7 @@ class StarTopo(Topo):
     """client -- s1 -- server1..serverN"""
 
     def build(self, senders=1, others=0):
+        self.params = {"others": others}
         switch = self.addSwitch("s1")
         self.client = self.addHost("client")
         # Port 1 of the switch faces the client: it is the bottleneck port.

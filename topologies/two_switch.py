@@ -17,6 +17,9 @@ class TwoSwitchTopo(Topo):
 
     def build(self, senders=1, far=None, others=0):
         far = senders // 2 if far is None else far
+        if far > senders:
+            raise ValueError(f"far ({far}) is more than the {senders} servers")
+        self.params = {"far": far, "others": others}
         s1, s2 = self.addSwitch("s1"), self.addSwitch("s2")
         self.client = self.addHost("client")
         self.addLink(self.client, s1)       # port 1 of s1 faces the client: the bottleneck

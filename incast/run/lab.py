@@ -9,7 +9,8 @@ import time
 from dataclasses import dataclass
 
 from incast.machine import resources
-from incast.network import hostconfig, topology
+from incast import topology
+from incast.network import hostconfig
 
 
 @dataclass
