@@ -907,7 +907,7 @@ def build(data: dict | None = None, overrides: dict[str, Any] | None = None) -> 
         if data["testbed"] not in testbed.known():
             raise ScenarioError(f"testbed: unknown testbed {data['testbed']!r}; one of: "
                                 f"{', '.join(testbed.known())}")
-        data = testbed.under(data, data["testbed"])
+        data = testbed.under(data, apply_overrides({}, testbed.overrides(data["testbed"])))
     try:
         return Scenario.model_validate(data)
     except ValidationError as e:

@@ -67,11 +67,15 @@ def settings(name: str) -> dict[str, Any]:
     return {s.field: s.value for s in load(name).settings}
 
 
-def under(data: dict, name: str) -> dict:
-    """The raw scenario data with the testbed's settings beneath it: every field the
-    data gives wins; the rest come from the testbed."""
-    from incast.scenario import apply_overrides
-    base = apply_overrides({}, {k: _text(v) for k, v in settings(name).items()})
+def overrides(name: str) -> dict[str, Any]:
+    """The profile's settings as --set gives them (the scenario lays them out as its
+    data: incast.scenario.build)."""
+    return {k: _text(v) for k, v in settings(name).items()}
+
+
+def under(data: dict, base: dict) -> dict:
+    """The raw scenario data with a testbed's settings (base, laid out as scenario data)
+    beneath it: every field the data gives wins; the rest come from the testbed."""
     return _merge(base, data)
 
 
