@@ -3,20 +3,29 @@ never works out the checkout's layout for itself and no stage imports a later on
 for a constant."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-# --- the checkout ----------------------------------------------------------------
-REPO = Path(__file__).resolve().parent.parent
-HOSTS_DIR = REPO / "hosts"              # programs that run on the emulated hosts
-TOPOLOGIES_DIR = REPO / "topologies"    # one Mininet Topo file per kind: the topology registry
-P4_SOURCE = REPO / "p4src" / "incast.p4"
-FIGURES_DIR = REPO / "figures"
-TESTBEDS_DIR = REPO / "testbeds"        # the papers' testbeds as profiles (incast.testbed)
+# --- the checkout, or the installed package ----------------------------------------
+PACKAGE = Path(__file__).resolve().parent
+REPO = PACKAGE.parent
+# What a run reads beside the code is in the checkout's folders; an installed package
+# carries them as its package data, under the same names (pyproject.toml).
+INSTALLED = (PACKAGE / "hosts").is_dir()
+SHARE = PACKAGE if INSTALLED else REPO
+HOSTS_DIR = SHARE / "hosts"              # programs that run on the emulated hosts
+TOPOLOGIES_DIR = SHARE / "topologies"    # one Mininet Topo file per kind (incast.topology)
+P4_SOURCE = SHARE / "p4src" / "incast.p4"
+FIGURES_DIR = SHARE / "figures"          # its sweep files, relative to SHARE: scenarios/
+TESTBEDS_DIR = SHARE / "testbeds"        # the papers' testbeds as profiles (incast.testbed)
 LABS_DIR = REPO / "labs"
 DOCS_DIR = REPO / "docs"
 DOC_RESULTS_DIR = DOCS_DIR / "results"   # the runs behind the documentation's tables
 KERNEL_BUILD_SH = REPO / "kernels" / "build.sh"
-BUILD_DIR = REPO / "build"              # what scripts/ and the data planes build (not committed)
+# What scripts/ and the data planes build: the checkout's build/ (not committed), or
+# for an installed package the machine's cache.
+BUILD_DIR = (Path(os.environ.get("INCAST_CACHE", "/var/cache/incast")) / "build" if INSTALLED
+             else REPO / "build")
 BPF_BUILD_DIR = BUILD_DIR / "bpf"
 P4_BUILD_DIR = BUILD_DIR / "p4"
 
