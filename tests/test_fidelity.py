@@ -218,12 +218,12 @@ def test_the_verdict_beside_a_cpu_hog_follows_the_links(tmp_path, no_leftovers, 
     # A hog on every CPU: niced (a build beside the run) the emulation keeps its CPUs
     # and its links, and the run is faithful; at normal priority it takes half of
     # every CPU from the emulation, and the run is flagged.
-    rate = min(faithful_rate_bps(4), 100_000_000)
+    rate = f"{min(faithful_rate_bps(4), 100_000_000)}bit"
     hogs = _hogs(nice)
     runs = []
     try:
         for attempt in range(3):    # a run the machine stalled is flagged; measure again
-            s = run_json("--senders", "4", "--link-rate", str(rate), "--sru", "128KiB", "--blocks", "10",
+            s = run_json("--senders", "4", "--link-rate", rate, "--sru", "128KiB", "--blocks", "10",
                          "--buffer", "256KiB", "--out", tmp_path / f"run{attempt}")
             f = s["fidelity"]
             runs.append((f["ok"], f["reasons"], f.get("min_service_ratio"), f.get("cpu_busy_max"),
