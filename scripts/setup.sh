@@ -5,14 +5,18 @@
 #     packages, with the pinned extras from requirements.txt and this checkout
 #     installed in editable mode
 #   - /usr/local/bin/incast
+#   - the User-Mode Linux kernels for virtual time (kernels/build.sh --uml): built
+#     once, several minutes, then cached; --no-kernels leaves them out
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${INCAST_VENV:-/opt/incast/venv}
 with_p4=0
+with_kernels=1
 for arg in "$@"; do
   case "$arg" in
     --p4) with_p4=1 ;;   # also p4c and bmv2 (scripts/install-p4.sh)
-    *) echo "usage: setup.sh [--p4]" >&2; exit 2 ;;
+    --no-kernels) with_kernels=0 ;;   # not the UML kernels (virtual time then skips)
+    *) echo "usage: setup.sh [--p4] [--no-kernels]" >&2; exit 2 ;;
   esac
 done
 
@@ -61,4 +65,26 @@ fi
 ln -sf "$venv/bin/incast" /usr/local/bin/incast
 # The compiled queue-telemetry recorder (libbpf); without it telemetry uses bpftrace.
 "$here/scripts/build-bpf.sh" || echo "setup: telemetry recorder not built; telemetry will use bpftrace" >&2
+
+# The User-Mode Linux kernels (incast run --clock virtual): a lean configuration,
+# cached under /var/cache/incast/kernels by the hash of their inputs, so this is
+# instant once built. At normal priority: nothing else of the testbed runs during a
+# set-up. A failed build does not fail the set-up: everything but virtual time works
+# without these kernels (runs that need them say so, their tests skip saying why), and
+# kernels/build.sh --uml can be run again on its own; the message below says so.
+if [ "$with_kernels" = 1 ]; then
+  if dir=$("$here/kernels/build.sh" --uml --print-dir 2>/dev/null); then
+    echo "setup: UML kernels for virtual time: built ($dir)"
+  else
+    echo "setup: building the UML kernels for virtual time (uml-stock, uml-hrtimer): once," \
+         "6 to 18 minutes on 2 cores (idle or busy), then cached"
+    if "$here/kernels/build.sh" --uml --normal-priority >/dev/null; then
+      echo "setup: UML kernels built ($("$here/kernels/build.sh" --uml --print-dir))"
+    else
+      echo "setup: WARNING: the UML kernels did not build (see the lines above);" \
+           "everything but virtual time (--clock virtual) works, and its tests skip." \
+           "Try again with: kernels/build.sh --uml" >&2
+    fi
+  fi
+fi
 echo "setup: ok ($(incast probe | head -1))"
