@@ -28,6 +28,13 @@ So two snapshots, taken as the measured blocks begin and end, give:
 A hog at normal priority shows in ``cpu_contended_max`` and ``cpu_others`` and, where
 it starves the emulation, in the links' service (incast.measure.fidelity); a niced
 one shows in ``cpu_niced`` only.
+
+Niceness weighs only within a scheduling group: with ``kernel.sched_autogroup_enabled``
+(Debian's default) every session is a group of its own and groups share the CPUs
+equally whatever their tasks' nice values, so a niced build started from another
+terminal competes with the run as an equal. Whether it starved the emulation then
+shows where it always does, in the links' service and the timers; ``sched_autogroup``
+in the fidelity object says which case a run was in.
 """
 from __future__ import annotations
 
@@ -155,7 +162,15 @@ def use(before: Snapshot | None, after: Snapshot | None) -> dict:
             "cpu_run": round(max(0.0, busy_all - nice_all / total_all - others_all), 3),
             "cpu_others_top": ", ".join(f"{name} {100 * t / total_all:.0f}%" for name, t in top
                                         if t / total_all >= 0.01),
-            "cpu_steal": round(steal_all / total_all, 3)}
+            "cpu_steal": round(steal_all / total_all, 3), "sched_autogroup": autogroup_enabled()}
+
+
+def autogroup_enabled() -> bool | None:
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return None
 
 
 def describe_load(cpu: dict) -> str:
