@@ -56,9 +56,11 @@ case $from in auto|packages|source) ;; *) echo "install-p4: --from auto, package
 
 log() { echo "install-p4: $*" >&2; }
 export DEBIAN_FRONTEND=noninteractive
+# Waits for another apt or dpkg (a provisioning running beside this one) to finish.
 apt_install() {
-  apt-get install -y -qq --no-install-recommends "$@" >/dev/null ||
-    { apt-get update -qq && apt-get install -y -qq --no-install-recommends "$@" >/dev/null; }
+  local get=(apt-get -o DPkg::Lock::Timeout=1800)
+  "${get[@]}" install -y -qq --no-install-recommends "$@" >/dev/null ||
+    { "${get[@]}" update -qq && "${get[@]}" install -y -qq --no-install-recommends "$@" >/dev/null; }
 }
 # The first version number in a tool's --version output ("1.15.5-unknown",
 # "p4c 1.2.3.7 (SHA: ...)"), or nothing.
