@@ -76,6 +76,19 @@ if [ "$with_kernels" = 1 ]; then
   if dir=$("$here/kernels/build.sh" --uml --print-dir 2>/dev/null); then
     echo "setup: UML kernels for virtual time: built ($dir)"
   else
+    # Their source, linux-source-6.12, comes to Debian 12 through its security suite,
+    # which an installed system lists and a minimal root made by debootstrap does not.
+    if ! apt-cache policy linux-source-6.12 2>/dev/null | grep -q 'Candidate: [^(]' &&
+       grep -q '^VERSION_CODENAME=bookworm' /etc/os-release; then
+      apt-get update -qq || true
+      if ! apt-cache policy linux-source-6.12 2>/dev/null | grep -q 'Candidate: [^(]'; then
+        echo "setup: adding Debian 12's security suite to apt's sources (linux-source-6.12 is there):" \
+             "/etc/apt/sources.list.d/incast-bookworm-security.list"
+        echo "deb http://deb.debian.org/debian-security bookworm-security main" \
+          > /etc/apt/sources.list.d/incast-bookworm-security.list
+        apt-get update -qq
+      fi
+    fi
     echo "setup: building the UML kernels for virtual time (uml-stock, uml-hrtimer): once," \
          "6 to 18 minutes on 2 cores (idle or busy), then cached"
     if "$here/kernels/build.sh" --uml --normal-priority >/dev/null; then
