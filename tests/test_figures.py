@@ -256,3 +256,11 @@ def test_every_claim_holds_where_quick_mode_tests_it(name, index, tmp_path_facto
     says so."""
     out = quick(name, tmp_path_factory)["result"]
     assert_claim(out["verdicts"][index])
+
+
+def test_provenance_without_git(monkeypatch):
+    """A result made where git is missing (a minimal root, a package installed without
+    the checkout) says so instead of failing the figure."""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    p = figures.provenance()
+    assert p["commit"] is None and p["made"] and p["command"].startswith("incast")

@@ -451,7 +451,10 @@ def provenance() -> dict:
 
     from incast.constants import REPO
     def git(*a):
-        r = subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True)
+        try:        # a machine without git (an installed package, a minimal root) has no commit
+            r = subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True)
+        except OSError:
+            return None
         return r.stdout.strip() if r.returncode == 0 else None
     commit = git("rev-parse", "HEAD")
     dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
