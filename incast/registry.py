@@ -69,6 +69,10 @@ DATAPLANES: dict[str, DataPlaneEntry] = {
                            pfc=True, pause_rx=True, shared_buffer=True, packet_buffers=False,
                            host_tx_checksum=True, telemetry_sampling=True, ecn=True, multi_switch=True,
                            max_ports=500),   # incast.p4's NPORTS, 510 is telemetry
+    "rtl": DataPlaneEntry("incast.dataplane.rtl", "RtlDataPlane", "rtl/src/incast_switch.sv in Verilator",
+                          pause=True, pfc=True, pause_rx=True, shared_buffer=True, packet_buffers=False,
+                          host_tx_checksum=True, telemetry_sampling=True, ecn=True,
+                          max_ports=48),   # its largest model (incast.dataplane.rtl.SIZES)
 }
 
 WORKLOADS: dict[str, WorkloadEntry] = {

@@ -75,14 +75,15 @@ module incast_switch #(
     localparam int TEL_HDR = 54;                   // packet bytes after the record
     localparam int TEL_REC = 68;
     localparam int TEL_ENTRY = (TEL_REC + TEL_HDR) * 8 + 8;
-    localparam logic [63:0] US_MUL = 64'((64'd1 << 50) * 64'(PS_PER_CYCLE) / 64'd1000000 + 64'd1);
+    // Microseconds per cycle, fixed point (32 fraction bits): telemetry's time unit.
+    localparam logic [31:0] US_MUL = 32'((64'(PS_PER_CYCLE) << 32) / 64'd1000000 + 64'd1);
 
     // Configuration register indexes: those of incast.p4's cfg, times in cycles.
     localparam int CFG_SWITCH_ID = 0, CFG_PAUSE_ON = 1, CFG_XOFF = 2, CFG_XON = 3, CFG_QUANTA = 4,
                    CFG_PAUSE_CYCLES = 5, CFG_REFRESH_CYCLES = 6, CFG_TEL_MODE = 7, CFG_TEL_N = 8,
                    CFG_TEL_THRESHOLD = 9, CFG_TEL_DELTA = 10, CFG_ECN_K = 12, CFG_PFC = 13,
                    CFG_OBEY = 14, CFG_DT_ON = 16, CFG_DT_ALPHA_NUM = 17, CFG_DT_ALPHA_SHIFT = 18,
-                   CFG_POOL_BYTES = 19;
+                   CFG_POOL_BYTES = 19, CFG_US_MUL = 20;
 
     if (NPORTS < 2 || CW % LW != 0 || CW < LW) begin : g_bad_parameters
         $error("incast_switch: NPORTS >= 2, and CW a multiple of LW");
@@ -93,12 +94,13 @@ module incast_switch #(
         if (rst) now <= '0;
         else now <= now + 48'd1 + (skip_valid ? {16'd0, skip_cycles} : 48'd0);
 
-    function automatic logic [47:0] to_us(input logic [47:0] cycles);
+    logic [31:0] cfg_us_mul;
+    function automatic logic [47:0] to_us(input logic [47:0] cycles, input logic [31:0] mul);
         /* verilator lint_off UNUSEDSIGNAL */
-        logic [111:0] p;   // cycles * 2**50 * period in us: the top and the fraction are dropped
+        logic [79:0] p;   // cycles * 2**32 * the period in us: the fraction is dropped
         /* verilator lint_on UNUSEDSIGNAL */
-        p = {64'd0, cycles} * {48'd0, US_MUL};
-        to_us = p[97:50];
+        p = {32'd0, cycles} * {48'd0, mul};
+        to_us = p[79:32];
     endfunction
 
     // -------------------------------------------------------- configuration
@@ -128,7 +130,7 @@ module incast_switch #(
             cfg_quanta <= '0; cfg_pause_cycles <= '0; cfg_refresh_cycles <= '0; cfg_tel_mode <= '0;
             cfg_tel_n <= 32'd1; cfg_tel_threshold <= '0; cfg_tel_delta <= '0; cfg_ecn_k <= '0;
             cfg_pfc <= 1'b0; cfg_obey <= 1'b0; cfg_dt_on <= 1'b0; cfg_dt_alpha_num <= 8'd1;
-            cfg_dt_alpha_shift <= '0; cfg_pool_bytes <= 32'(NCELLS * CW);
+            cfg_dt_alpha_shift <= '0; cfg_pool_bytes <= 32'(NCELLS * CW); cfg_us_mul <= US_MUL;
             fwd_valid <= '0; dscp_valid <= '0; pcp_valid <= '0;
             for (int q = 0; q < NQ; q++) begin
                 limit_bytes[q] <= '0; xoff_bytes[q] <= '1; xon_bytes[q] <= '0;
@@ -157,6 +159,7 @@ module incast_switch #(
                     CFG_DT_ALPHA_NUM: cfg_dt_alpha_num <= mgmt_wdata[7:0];
                     CFG_DT_ALPHA_SHIFT: cfg_dt_alpha_shift <= mgmt_wdata[4:0];
                     CFG_POOL_BYTES: cfg_pool_bytes <= mgmt_wdata;
+                    CFG_US_MUL: cfg_us_mul <= mgmt_wdata;   // the clock the ports run at
                     default: ;
                 endcase
             for (int p = 0; p < NPORTS; p++) begin
@@ -813,14 +816,14 @@ module incast_switch #(
         if (tel_drop_push)
             tel_drop_rec <= postcard(tel_seq, cfg_switch_id[15:0], 16'(sel) + 16'd1, 16'(d_port) + 16'd1,
                                 {5'd0, d_class}, 8'd1, {16'd0, q_pkts[d_q]}, {16'd0, q_pkts[d_q]}, d_occ,
-                                d_occ, port_bytes[d_port], port_bytes[d_port], 32'd0, to_us(now), to_us(now),
+                                d_occ, port_bytes[d_port], port_bytes[d_port], 32'd0, to_us(now, cfg_us_mul), to_us(now, cfg_us_mul),
                                 d_len, d_hash, d_saddr, d_daddr, sh[TEL_HDR*8-1:0],
                                 flen < 16'(TEL_HDR) ? flen[7:0] : 8'(TEL_HDR));
         if (tel_deq_push)
             tel_deq_rec <= postcard(tel_seq + {31'd0, tel_drop_push}, cfg_switch_id[15:0], 16'(ds_in) + 16'd1,
                                16'(e_port) + 16'd1, {5'd0, e_class}, 8'd0, {16'd0, ds_qdepth},
                                {16'd0, q_pkts[e_q] - 16'd1}, ds_occ_enq, occ_deq, ds_port_enq, port_deq,
-                               32'(to_us(now) - to_us(ds_enq)), to_us(ds_enq), to_us(now), {16'd0, cur_len},
+                               32'(to_us(now, cfg_us_mul) - to_us(ds_enq, cfg_us_mul)), to_us(ds_enq, cfg_us_mul), to_us(now, cfg_us_mul), {16'd0, cur_len},
                                ds_hash, ds_saddr, ds_daddr, departing_header(e_hdr, e_idx, rd_cell_data),
                                cur_len < 16'(TEL_HDR) ? cur_len[7:0] : 8'(TEL_HDR));
     end
