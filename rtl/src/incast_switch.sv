@@ -82,8 +82,7 @@ module incast_switch #(
     localparam int CFG_SWITCH_ID = 0, CFG_PAUSE_ON = 1, CFG_XOFF = 2, CFG_XON = 3, CFG_QUANTA = 4,
                    CFG_PAUSE_CYCLES = 5, CFG_REFRESH_CYCLES = 6, CFG_TEL_MODE = 7, CFG_TEL_N = 8,
                    CFG_TEL_THRESHOLD = 9, CFG_TEL_DELTA = 10, CFG_ECN_K = 12, CFG_PFC = 13,
-                   CFG_OBEY = 14, CFG_DT_ON = 16, CFG_DT_ALPHA_NUM = 17, CFG_DT_ALPHA_SHIFT = 18,
-                   CFG_POOL_BYTES = 19, CFG_US_MUL = 20;
+                   CFG_OBEY = 14, CFG_POOL_BYTES = 16, CFG_POOL_ALPHA16 = 17, CFG_US_MUL = 24;
 
     if (NPORTS < 2 || CW % LW != 0 || CW < LW) begin : g_bad_parameters
         $error("incast_switch: NPORTS >= 2, and CW a multiple of LW");
@@ -107,10 +106,9 @@ module incast_switch #(
     logic [31:0] cfg_switch_id, cfg_xoff, cfg_xon, cfg_pause_cycles, cfg_refresh_cycles;
     logic [31:0] cfg_tel_n, cfg_tel_threshold, cfg_tel_delta, cfg_ecn_k, cfg_pool_bytes;
     logic [15:0] cfg_quanta;
-    logic [7:0]  cfg_dt_alpha_num;
-    logic [4:0]  cfg_dt_alpha_shift;
+    logic [7:0]  cfg_pool_alpha16;
     logic [2:0]  cfg_tel_mode;
-    logic        cfg_pause_on, cfg_pfc, cfg_obey, cfg_dt_on;
+    logic        cfg_pause_on, cfg_pfc, cfg_obey;
     logic [31:0] limit_bytes [NQ];
     logic [31:0] xoff_bytes [NQ];
     logic [31:0] xon_bytes [NQ];
@@ -129,8 +127,8 @@ module incast_switch #(
             cfg_switch_id <= '0; cfg_pause_on <= 1'b0; cfg_xoff <= '0; cfg_xon <= '0;
             cfg_quanta <= '0; cfg_pause_cycles <= '0; cfg_refresh_cycles <= '0; cfg_tel_mode <= '0;
             cfg_tel_n <= 32'd1; cfg_tel_threshold <= '0; cfg_tel_delta <= '0; cfg_ecn_k <= '0;
-            cfg_pfc <= 1'b0; cfg_obey <= 1'b0; cfg_dt_on <= 1'b0; cfg_dt_alpha_num <= 8'd1;
-            cfg_dt_alpha_shift <= '0; cfg_pool_bytes <= 32'(NCELLS * CW); cfg_us_mul <= US_MUL;
+            cfg_pfc <= 1'b0; cfg_obey <= 1'b0; cfg_pool_bytes <= '0; cfg_pool_alpha16 <= 8'd16;
+            cfg_us_mul <= US_MUL;
             fwd_valid <= '0; dscp_valid <= '0; pcp_valid <= '0;
             for (int q = 0; q < NQ; q++) begin
                 limit_bytes[q] <= '0; xoff_bytes[q] <= '1; xon_bytes[q] <= '0;
@@ -155,10 +153,8 @@ module incast_switch #(
                     CFG_ECN_K: cfg_ecn_k <= mgmt_wdata;
                     CFG_PFC: cfg_pfc <= mgmt_wdata != 0;
                     CFG_OBEY: cfg_obey <= mgmt_wdata != 0;
-                    CFG_DT_ON: cfg_dt_on <= mgmt_wdata != 0;
-                    CFG_DT_ALPHA_NUM: cfg_dt_alpha_num <= mgmt_wdata[7:0];
-                    CFG_DT_ALPHA_SHIFT: cfg_dt_alpha_shift <= mgmt_wdata[4:0];
                     CFG_POOL_BYTES: cfg_pool_bytes <= mgmt_wdata;
+                    CFG_POOL_ALPHA16: cfg_pool_alpha16 <= mgmt_wdata[7:0];
                     CFG_US_MUL: cfg_us_mul <= mgmt_wdata;   // the clock the ports run at
                     default: ;
                 endcase
@@ -297,6 +293,7 @@ module incast_switch #(
     logic [15:0]        q_pkts [NQ];
     logic [31:0]        occ [NQ];
     logic [31:0]        port_bytes [NPORTS];
+    logic [31:0]        pool_max;    // the most pool_bytes has been
 
     // From the pipeline: admission (bytes) and commit (a frame joins its queue).
     logic               adm_valid;
@@ -335,6 +332,7 @@ module incast_switch #(
             end
             for (int p = 0; p < NPORTS; p++) port_bytes[p] <= '0;
             pool_bytes <= '0;
+            pool_max <= '0;
         end else begin
             // Only the queues an event names change (indexed writes: no loop over all
             // queues, which costs the simulation more than the hardware).
@@ -358,6 +356,7 @@ module incast_switch #(
             if (adm_valid)
                 port_bytes[adm_q[QW-1:3]] <= port_bytes[adm_q[QW-1:3]] + adm_len - (same_p ? rel_len : 32'd0);
             pool_bytes <= pool_bytes + (adm_valid ? adm_len : 32'd0) - (rel_valid ? rel_len : 32'd0);
+            if (pool_bytes > pool_max) pool_max <= pool_bytes;
         end
     end
 
@@ -469,12 +468,14 @@ module incast_switch #(
     wire [31:0]   d_len = {16'd0, flen};
     wire [CELL_AW:0] cells_free = (CELL_AW+1)'(NCELLS) - cells_used;
     wire          cells_ok = {{(32-CELL_AW-1){1'b0}}, cells_free} >= {16'd0, fwords} + 32'd2;
-    // Dynamic thresholds: a queue may hold alpha (num / 2**shift) times the free pool.
+    // A shared pool (cfg_pool_bytes, 0: none) with a dynamic threshold: a queue may hold,
+    // with the frame, alpha times the pool's free bytes (alpha in sixteenths), as
+    // incast.p4's pool_check.
     wire [31:0]   pool_free = cfg_pool_bytes > pool_bytes ? cfg_pool_bytes - pool_bytes : 32'd0;
-    wire [39:0]   dt_prod = {8'd0, pool_free} * {32'd0, cfg_dt_alpha_num};
-    wire [39:0]   dt_limit = dt_prod >> cfg_dt_alpha_shift;
-    wire          dt_ok = !cfg_dt_on || ({8'd0, d_occ} + {8'd0, d_len} <= dt_limit
-                                         && pool_bytes + d_len <= cfg_pool_bytes);
+    wire [39:0]   dt_prod = {8'd0, pool_free} * {32'd0, cfg_pool_alpha16};
+    wire [39:0]   dt_limit = dt_prod >> 4;
+    wire          dt_ok = cfg_pool_bytes == 0 || ({8'd0, d_occ} + {8'd0, d_len} <= dt_limit
+                                                  && pool_bytes + d_len <= cfg_pool_bytes);
     wire          admit_ok = d_occ + d_len <= limit_bytes[d_q] && dt_ok && cells_ok;
     wire [31:0]   occ_enq = admit_ok ? d_occ + d_len : d_occ;
     wire [31:0]   port_enq = admit_ok ? port_bytes[d_port] + d_len : port_bytes[d_port];
@@ -1030,7 +1031,8 @@ module incast_switch #(
     // congested; 0xB000+8p+k per port (k: 0 bytes, 1 MAC Control received, 2 PAUSE
     // received, 3 XON received, 4 XOFF sent, 5 XON sent, 6 receive errors, 7 congested);
     // 0xD000+k switch (k: 0 congested ports, 1 cells used, 2 pool bytes, 3 postcards,
-    // 4 postcards lost, 5 now[31:0], 6 now[47:32], 8+c congested queues of class c).
+    // 4 postcards lost, 5 now[31:0], 6 now[47:32], 7 most pool bytes, 8+c congested
+    // queues of class c).
     always_comb begin
         logic [11:0] i;
         logic [QW-1:0] qi;
@@ -1084,6 +1086,7 @@ module incast_switch #(
                     12'd4: mgmt_rdata = st_tel_lost;
                     12'd5: mgmt_rdata = now[31:0];
                     12'd6: mgmt_rdata = {16'd0, now[47:32]};
+                    12'd7: mgmt_rdata = pool_max;
                     default: if (i >= 12'd8 && i < 12'd16) mgmt_rdata = {16'd0, n_congested_q[i[2:0]]};
                 endcase
             default: mgmt_rdata = '0;

@@ -408,7 +408,7 @@ async def shared_pool_with_dynamic_thresholds(dut):
     await sw.start()
     await sw.base_config(limit=1 << 20)
     pool = 20000
-    await sw.cfg(dt_on=1, dt_alpha_num=1, dt_alpha_shift=0, pool_bytes=pool)
+    await sw.cfg(pool_bytes=pool, pool_alpha16=16)
     await sw.hold(2)
     await sw.hold(3)
     occupancy_cap(sw, pool)
