@@ -82,7 +82,8 @@ module incast_switch #(
     localparam int CFG_SWITCH_ID = 0, CFG_PAUSE_ON = 1, CFG_XOFF = 2, CFG_XON = 3, CFG_QUANTA = 4,
                    CFG_PAUSE_CYCLES = 5, CFG_REFRESH_CYCLES = 6, CFG_TEL_MODE = 7, CFG_TEL_N = 8,
                    CFG_TEL_THRESHOLD = 9, CFG_TEL_DELTA = 10, CFG_ECN_K = 12, CFG_PFC = 13,
-                   CFG_OBEY = 14, CFG_POOL_BYTES = 16, CFG_POOL_ALPHA16 = 17, CFG_US_MUL = 24;
+                   CFG_OBEY = 14, CFG_QUANTUM = 15, CFG_POOL_BYTES = 16, CFG_POOL_ALPHA16 = 17,
+                   CFG_US_MUL = 24;
 
     if (NPORTS < 2 || CW % LW != 0 || CW < LW) begin : g_bad_parameters
         $error("incast_switch: NPORTS >= 2, and CW a multiple of LW");
@@ -94,6 +95,7 @@ module incast_switch #(
         else now <= now + 48'd1 + (skip_valid ? {16'd0, skip_cycles} : 48'd0);
 
     logic [31:0] cfg_us_mul;
+    logic [31:0] cfg_quantum;   // a pause quantum in cycles: 512 bit times at the ports' rate
     function automatic logic [47:0] to_us(input logic [47:0] cycles, input logic [31:0] mul);
         /* verilator lint_off UNUSEDSIGNAL */
         logic [79:0] p;   // cycles * 2**32 * the period in us: the fraction is dropped
@@ -128,7 +130,7 @@ module incast_switch #(
             cfg_quanta <= '0; cfg_pause_cycles <= '0; cfg_refresh_cycles <= '0; cfg_tel_mode <= '0;
             cfg_tel_n <= 32'd1; cfg_tel_threshold <= '0; cfg_tel_delta <= '0; cfg_ecn_k <= '0;
             cfg_pfc <= 1'b0; cfg_obey <= 1'b0; cfg_pool_bytes <= '0; cfg_pool_alpha16 <= 8'd16;
-            cfg_us_mul <= US_MUL;
+            cfg_us_mul <= US_MUL; cfg_quantum <= 32'(64 / LW);
             fwd_valid <= '0; dscp_valid <= '0; pcp_valid <= '0;
             for (int q = 0; q < NQ; q++) begin
                 limit_bytes[q] <= '0; xoff_bytes[q] <= '1; xon_bytes[q] <= '0;
@@ -155,6 +157,7 @@ module incast_switch #(
                     CFG_OBEY: cfg_obey <= mgmt_wdata != 0;
                     CFG_POOL_BYTES: cfg_pool_bytes <= mgmt_wdata;
                     CFG_POOL_ALPHA16: cfg_pool_alpha16 <= mgmt_wdata[7:0];
+                    CFG_QUANTUM: cfg_quantum <= mgmt_wdata;
                     CFG_US_MUL: cfg_us_mul <= mgmt_wdata;   // the clock the ports run at
                     default: ;
                 endcase
@@ -203,12 +206,13 @@ module incast_switch #(
     logic               txw_last;
     logic [BW-1:0]      txw_bytes;
     logic [TX_AW:0]     tx_words [NPORTS];
-    logic [TX_AW:0]     tx_waiting [NPORTS];
+    logic [NPORTS-1:0]  tx_want;
     logic [7:0]         ctl_xoff [NPORTS];
     logic [7:0]         ctl_xon [NPORTS];
     logic [7:0]         paused [NPORTS];
     logic [NPORTS-1:0]  sent_xoff, sent_xon, tx_active;
     logic [47:0]        tx_wake [NPORTS];
+    logic [47:0]        tx_wake_next [NPORTS];
 
     for (genvar p = 0; p < NPORTS; p++) begin : g_port
         port_rx #(.LW(LW), .CW(CW), .AW(RX_AW), .MAXLEN(MAXLEN)) rx (
@@ -217,15 +221,15 @@ module incast_switch #(
             .info_valid(info_valid[p]), .info_len(info_len[p]), .rd_off, .rd_data(rx_word[p]),
             .release_frame(release_frame[p]), .ctl_valid(ctl_rx_valid[p]), .ctl_enable(ctl_rx_enable[p]),
             .ctl_quanta(ctl_rx_quanta[p]), .rx_error(rx_error[p]));
-        port_tx #(.LW(LW), .CW(CW), .AW(TX_AW)) tx (
+        port_tx #(.LW(LW), .CW(CW), .AW(TX_AW), .LEAD(MAXW + 4)) tx (
             .clk, .rst, .now, .wr_valid(txw_valid[p]), .wr_data(txw_data), .wr_last(txw_last),
-            .wr_bytes(txw_bytes), .fifo_words(tx_words[p]), .frames_waiting(tx_waiting[p]), .ctl_xoff(ctl_xoff[p]), .ctl_xon(ctl_xon[p]),
+            .wr_bytes(txw_bytes), .fifo_words(tx_words[p]), .want_next(tx_want[p]), .quantum_cycles(cfg_quantum), .ctl_xoff(ctl_xoff[p]), .ctl_xon(ctl_xon[p]),
             .cfg_pfc, .cfg_quanta, .mac(port_mac[p]), .cfg_shaper(shaper[p]),
             .obey_valid(ctl_rx_valid[p] && cfg_obey), .obey_enable(ctl_rx_enable[p]),
             .obey_quanta(ctl_rx_quanta[p]), .paused(paused[p]),
             .tx_valid(tx_valid[p]), .tx_data(tx_data[p*LW*8 +: LW*8]), .tx_keep(tx_keep[p*LW +: LW]),
             .tx_last(tx_last[p]), .sent_xoff(sent_xoff[p]), .sent_xon(sent_xon[p]),
-            .active(tx_active[p]), .wake(tx_wake[p]));
+            .active(tx_active[p]), .wake(tx_wake[p]), .wake_next(tx_wake_next[p]));
     end
 
     // ---------------------------------------------------------------- buffer
@@ -684,9 +688,8 @@ module incast_switch #(
     logic [TEL_HDR*8-1:0] e_hdr;
 
     // Which port and class to serve next: ports in turn, classes by strict priority,
-    // a paused class passed over; a port only while no whole frame waits in its FIFO
-    // beside the one on the wire (so a pause stops a port within two frames) and there
-    // is room for another.
+    // a paused class passed over; a port only when it will need the frame soon (see
+    // port_tx: the frame stays in its queue until then) and has room for it.
     logic          pick;
     logic [PW-1:0] pick_port;
     logic [2:0]    pick_class;
@@ -698,7 +701,7 @@ module incast_switch #(
             logic [PW-1:0] p;
             logic room;
             p = PW'((32'(rr_out) + k) % NPORTS);
-            room = tx_waiting[p] == 0 && tx_words[p] <= (TX_AW+1)'((1 << TX_AW) - MAXW);
+            room = tx_want[p] && tx_words[p] <= (TX_AW+1)'((1 << TX_AW) - MAXW);
             for (int c = 7; c >= 0; c--)
                 if (!pick && room && q_pkts[{p, 3'(c)}] != 0 && !paused[p][c]) begin
                     pick_port = p;
@@ -1098,7 +1101,13 @@ module incast_switch #(
         quiet = ps == S_IDLE && info_valid == 0 && es == E_IDLE && !pick && tx_active == 0
                 && tls == TL_IDLE && !tdrop_valid && !tdeq_valid && rx_valid == 0;
         wake = '0;
-        for (int p = 0; p < NPORTS; p++)
+        for (int p = 0; p < NPORTS; p++) begin
+            logic queued;
+            queued = 1'b0;
+            for (int c = 0; c < 8; c++) if (q_pkts[{PW'(p), 3'(c)}] != 0) queued = 1'b1;
             if (tx_wake[p] != 0 && (wake == 0 || tx_wake[p] < wake)) wake = tx_wake[p];
+            // a shaped port with frames in the buffer: when it will take the next one
+            if (queued && tx_wake_next[p] != 0 && (wake == 0 || tx_wake_next[p] < wake)) wake = tx_wake_next[p];
+        end
     end
 endmodule

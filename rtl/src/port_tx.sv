@@ -6,13 +6,18 @@
 // or 802.1Qbb PFC, XOFF or XON, per class): they go before any waiting data frame.
 //
 // It also keeps the pause its link partner asked for: `paused[c]` while the quanta of
-// the last PAUSE/PFC received for class c last (one quantum: 512 bit times, 64/LW
-// cycles), which the read engine obeys by not starting a frame of that class.
+// the last PAUSE/PFC received for class c last (one quantum: 512 bit times, 64
+// cycles at 1 Gbit/s), which the read engine obeys by not starting a frame of that class.
+//
+// It asks for its next frame (want_next) only when it will need it within LEAD cycles:
+// so a frame stays in the buffer, counted against its queue, until shortly before it
+// leaves, and a pause received stops the port after the frame on the wire and at most
+// the one being handed over.
 module port_tx #(
     parameter int LW = 1,
     parameter int CW = 8,
     parameter int AW = 9,                  // transmit FIFO: 2**AW words
-    parameter int QUANTUM_CYCLES = 64 / LW
+    parameter int LEAD = 260               // cycles the buffer takes to hand over a frame, at most
 ) (
     input  logic             clk,
     input  logic             rst,
@@ -23,7 +28,7 @@ module port_tx #(
     input  logic             wr_last,
     input  logic [$clog2(CW+1)-1:0] wr_bytes,  // valid bytes of the word
     output logic [AW:0]      fifo_words,
-    output logic [AW:0]      frames_waiting,  // whole frames in the FIFO not yet on the wire
+    output logic             want_next,    // the port will need its next frame within LEAD cycles
     // MAC Control to send, per class: XOFF (quanta cfg_quanta) or XON (quanta 0)
     input  logic [7:0]       ctl_xoff,
     input  logic [7:0]       ctl_xon,
@@ -35,6 +40,7 @@ module port_tx #(
     input  logic             obey_valid,
     input  logic [7:0]       obey_enable,
     input  logic [127:0]     obey_quanta,
+    input  logic [31:0]      quantum_cycles,   // a pause quantum: 512 bit times
     output logic [7:0]       paused,
     // the wire
     output logic             tx_valid,
@@ -45,11 +51,11 @@ module port_tx #(
     output logic             sent_xoff,
     output logic             sent_xon,
     output logic             active,       // sending, or has something to send now
-    output logic [47:0]      wake          // the next time a pause or the shaper lets it send (0: none)
+    output logic [47:0]      wake,         // the next time a pause or the shaper lets it send (0: none)
+    output logic [47:0]      wake_next     // when it will next want a frame, held by the shaper (0: not)
 );
     localparam int BW = $clog2(CW + 1);
     localparam int FW = 1 + BW + CW * 8;
-    localparam logic [47:0] QCYC = 48'(QUANTUM_CYCLES);
 
     logic [FW-1:0] head;
     logic          head_valid, fifo_full, pop;
@@ -74,7 +80,7 @@ module port_tx #(
         for (int c = 0; c < 8; c++)
             if (rst) pause_until[c] <= '0;
             else if (obey_valid && obey_enable[c])
-                pause_until[c] <= now + 48'(obey_quanta[c*16 +: 16]) * QCYC;
+                pause_until[c] <= now + 48'(obey_quanta[c*16 +: 16]) * {16'd0, quantum_cycles};
     always_comb
         for (int c = 0; c < 8; c++) paused[c] = now < pause_until[c];
 
@@ -118,7 +124,8 @@ module port_tx #(
     logic [15:0]     gap;          // idle cycles left
     logic [60*8-1:0] ctl_frame;
     logic [47:0]     last_start;   // when the last data frame started (the shaper's reference)
-    wire  [47:0]     shaper_next = last_start + {16'd0, cfg_shaper};
+    logic            started;      // one has: the shaper holds the next
+    wire  [47:0]     shaper_next = started ? last_start + {16'd0, cfg_shaper} : 48'd0;
 
     // Cycles a frame of `len` bytes occupies the wire beyond its own bytes.
     function automatic logic [15:0] gap_cycles(input logic [15:0] len);
@@ -128,7 +135,10 @@ module port_tx #(
     endfunction
 
     wire start_data = head_valid && frames != 0 && (cfg_shaper == 0 || now >= shaper_next);
-    assign frames_waiting = frames - {{AW{1'b0}}, st == T_DATA};
+    // Cycles the frame on the wire still takes: the words left of it (it is alone here).
+    wire [AW+16:0] left_cycles = {16'd0, fifo_words} * (AW+17)'(CW / LW);
+    assign want_next = (cfg_shaper == 0 || now + 48'(LEAD) >= shaper_next) &&
+                       (st == T_DATA ? frames == 1 && left_cycles <= (AW+17)'(LEAD) : frames == 0);
     wire [BW-1:0] word_left = head_bytes - bpos;
     wire [15:0] ctl_pos = flen;
 
@@ -172,6 +182,7 @@ module port_tx #(
             pend_xon <= '0;
             ctl_frame <= '0;
             last_start <= '0;
+            started <= 1'b0;
         end else begin
             case (st)
                 T_IDLE:
@@ -182,6 +193,7 @@ module port_tx #(
                         st <= T_CTL;
                     end else if (start_data) begin
                         last_start <= now;
+                        started <= 1'b1;
                         flen <= '0;
                         bpos <= '0;
                         st <= T_DATA;
@@ -225,5 +237,7 @@ module port_tx #(
         if (st == T_IDLE && !ctl_any && frames != 0 && cfg_shaper != 0 && now < shaper_next) wake = shaper_next;
         for (int c = 0; c < 8; c++)
             if (paused[c] && (wake == 0 || pause_until[c] < wake)) wake = pause_until[c];
+        wake_next = cfg_shaper != 0 && st != T_DATA && frames == 0 && now + 48'(LEAD) < shaper_next
+                    ? shaper_next - 48'(LEAD) : 48'd0;
     end
 endmodule

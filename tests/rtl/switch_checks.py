@@ -92,7 +92,7 @@ async def class_zero_is_served_first(dut):
     await sw.sent_in()
     await sw.release(2)
     await sw.until_idle()
-    # the first class-1 frame had gone on to the port (its FIFO) before the class-0 one came
+    # the first class-1 frame left at once (a port's shaper holds only from its first frame)
     assert sw.frames(2) == low[:1] + [high] + low[1:]
 
 
@@ -122,7 +122,7 @@ async def byte_limit_admission_conserves_bytes(dut):
     assert await sw.read(TX_BYTES + 2 * 8) + await sw.read(DROP_BYTES + 2 * 8) == sum(map(len, frames))
     assert await sw.read(OCC + 2 * 8) == 0 and int(dut.cells_used.value) == 0
     assert 4 * 1042 <= sw.peak <= limit
-    assert len(got) == 1 + limit // 1042    # the one the port took at once, and what fit
+    assert len(got) == 1 + limit // 1042    # the one that left at once, and what fit
 
 
 @cocotb.test()
@@ -145,7 +145,7 @@ async def ecn_marks_capable_packets_above_k_with_a_valid_checksum(dut):
     marked = 0
     for i, pkt in enumerate(got):
         ip = pkt["IP"]
-        finds = max(0, i - 1) * len(frames[0])   # bytes ahead of it (the first went on to the port)
+        finds = max(0, i - 1) * len(frames[0])   # bytes ahead of it (the first left at once)
         capable = i % 3 != 0
         assert ip.tos & 3 == (3 if capable and finds > k else (2 if capable else 0)), (i, ip.tos)
         marked += ip.tos & 3 == 3

@@ -18,7 +18,7 @@ from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 # Management addresses (see the address map in incast_switch.sv).
 CFG = {"switch_id": 0, "pause_on": 1, "xoff": 2, "xon": 3, "quanta": 4, "pause_cycles": 5,
        "refresh_cycles": 6, "tel_mode": 7, "tel_n": 8, "tel_threshold": 9, "tel_delta": 10,
-       "ecn_k": 12, "pfc": 13, "obey": 14, "pool_bytes": 16, "pool_alpha16": 17, "us_mul": 24}
+       "ecn_k": 12, "pfc": 13, "obey": 14, "quantum": 15, "pool_bytes": 16, "pool_alpha16": 17, "us_mul": 24}
 LIMIT, XOFF_Q, XON_Q = 0x1000, 0x2000, 0x3000
 OCC, PKTS, DROPS, DROP_BYTES, TX_PKTS, TX_BYTES, ECN, Q_CONGESTED = (
     0x4000, 0x5000, 0x6000, 0x7000, 0x8000, 0x9000, 0xA000, 0xC000)
@@ -129,8 +129,8 @@ class SwitchBench:
             await self.write(CFG[k], v)
 
     async def hold(self, port: int):
-        """Stop the port sending data frames (its shaper at its maximum): its queues
-        build up, as behind a slow link."""
+        """Stop the port sending data frames (its shaper at its maximum) after the first:
+        its queues build up, as behind a slow link."""
         await self.write(SHAPER + port * 4, 0xFFFFFFFF)
 
     async def release(self, port: int):
