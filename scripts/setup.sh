@@ -25,6 +25,7 @@ done
 apt_packages=(
   ca-certificates util-linux mininet iproute2 ethtool bridge-utils iputils-ping net-tools procps psmisc kmod
   bpftrace tcpdump memcached chromium
+  verilator g++ make   # the hardware switch's model (rtl/, --switch rtl, tests/test_rtl_switch.py)
   python3 python3-venv python3-pip python3-scapy python3-matplotlib python3-pandas
   python3-numpy python3-pytest python3-tqdm python3-pyroute2
 )
