@@ -75,3 +75,16 @@ def test_a_p4_lab_passes_with_the_program_and_fails_with_the_starter(number, fai
     problems = labs.check(lab, {**answers, "program": str(starter)})
     assert any("still the starter's stubs" in p for p in problems), problems
     assert any(failing in p for p in problems), problems
+
+
+@pytest.mark.rtl
+def test_the_rtl_lab_solution_passes_its_check(tmp_path):
+    """Lab 8: the reference reads the first refusal off its own waveform; an answer a
+    cycle off is caught."""
+    lab = labs.get(8)
+    if lab.needs():
+        pytest.skip(", ".join(lab.needs()))
+    answers = solver(lab)(tmp_path)
+    assert labs.check(lab, answers) == []
+    wrong = {**answers, "first_drop_cycle": answers["first_drop_cycle"] + 1}
+    assert any(p.startswith("first_drop_cycle") for p in labs.check(lab, wrong))

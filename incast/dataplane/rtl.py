@@ -44,7 +44,7 @@ LW = 1                                  # 1 Gbit/s-style ports: a byte a cycle
 # Register addresses of rtl/src/incast_switch.sv (its address map).
 CFG = {"switch_id": 0, "pause_on": 1, "xoff": 2, "xon": 3, "quanta": 4, "pause_cycles": 5,
        "refresh_cycles": 6, "tel_mode": 7, "tel_n": 8, "tel_threshold": 9, "tel_delta": 10,
-       "ecn_k": 12, "pfc": 13, "obey": 14, "pool_bytes": 16, "pool_alpha16": 17, "us_mul": 24}
+       "ecn_k": 12, "pfc": 13, "obey": 14, "quantum": 15, "pool_bytes": 16, "pool_alpha16": 17, "us_mul": 24}
 PORT_MAC, MAC_TABLE, DSCP_MAP = 0x0100, 0x0400, 0x0600
 LIMIT, XOFF_Q, XON_Q = 0x1000, 0x2000, 0x3000
 OCC, DROPS, TX_PKTS, TX_BYTES, ECN = 0x4000, 0x6000, 0x8000, 0x9000, 0xA000
@@ -377,3 +377,61 @@ class RtlDataPlane(DataPlane):
 
 def mac_int(mac: str) -> int:
     return int(mac.replace(":", ""), 16)
+
+
+# ------------------------------------------------------------------ waveforms
+# The pipeline's states (incast_switch.sv's pstate_t): a frame is admitted or refused
+# in S_DEC2.
+S_DEC2 = 3
+
+
+def read_vcd(path, names: set[str], scope: str = "incast_switch") -> list[dict[str, int]]:
+    """The values of `names` (signals of the switch's own scope) at every time of a VCD
+    the harness wrote (incast_switch_sim --trace), in order: one dict a time step."""
+    ids: dict[str, str] = {}
+    stack: list[str] = []
+    values: dict[str, int] = {}
+    steps: list[dict[str, int]] = []
+    with open(path) as f:
+        for line in f:
+            w = line.split()
+            if not w:
+                continue
+            if w[0] == "$scope":
+                stack.append(w[2])
+            elif w[0] == "$upscope":
+                stack.pop()
+            elif w[0] == "$var" and stack and stack[-1] == scope and w[4] in names:
+                ids[w[3]] = w[4]
+            elif w[0] == "$enddefinitions":
+                break
+        for line in f:
+            c = line[:1]
+            if c == "#":
+                if values:
+                    steps.append(dict(values))
+            elif c == "b":
+                bits, ident = line[1:].split()
+                if ident in ids:
+                    values[ids[ident]] = int(bits.replace("x", "0").replace("z", "0"), 2)
+            elif c in "01xz" and line[1:].strip() in ids:
+                values[ids[line[1:].strip()]] = 1 if c == "1" else 0
+    if values:
+        steps.append(dict(values))
+    missing = names - set(ids.values())
+    if missing:
+        raise ValueError(f"{path}: no signal {', '.join(sorted(missing))} in scope {scope}")
+    return steps
+
+
+def refusals(path) -> list[dict[str, int]]:
+    """Every frame the switch refused in a waveform: the cycle (`now`), its ingress and
+    egress ports (numbered from 1), its bytes and the bytes its queue held."""
+    steps = read_vcd(path, {"now", "ps", "d_hit", "admit_ok", "d_occ", "flen", "sel", "d_port"})
+    out, seen = [], set()
+    for v in steps:
+        if v["ps"] == S_DEC2 and v["d_hit"] and not v["admit_ok"] and v["now"] not in seen:
+            seen.add(v["now"])
+            out.append({"cycle": v["now"], "ingress_port": v["sel"] + 1, "egress_port": v["d_port"] + 1,
+                        "frame_bytes": v["flen"], "queue_bytes": v["d_occ"]})
+    return out

@@ -17,12 +17,15 @@
 // applied between cycles.
 //
 // Usage: incast_switch_sim --port 0=IFNAME ... [--telemetry IFNAME] [--control PATH]
-//          [--period-ps 8000] [--trace FILE.fst --trace-cycles N]
+//          [--period-ps 8000] [--trace FILE.vcd --trace-cycles N]
 //        incast_switch_sim --bench CYCLES     (speed: an incast on all ports, no I/O)
+//        incast_switch_sim --burst FRAMES --limit BYTES [--trace FILE.vcd]
+//                                             (one incast burst, no I/O: every port but the
+//                                              last sends FRAMES 1500-byte frames to it)
 #include "Vincast_switch.h"
 #include "verilated.h"
 #if VM_TRACE
-#include "verilated_fst_c.h"
+#include "verilated_vcd_c.h"
 #endif
 
 #include <arpa/inet.h>
@@ -158,8 +161,8 @@ class Sim {
     void trace(const char* path, uint64_t cycles) {
 #if VM_TRACE
         ctx_->traceEverOn(true);
-        trace_.reset(new VerilatedFstC);
-        top_->trace(trace_.get(), 99);
+        trace_.reset(new VerilatedVcdC);
+        top_->trace(trace_.get(), 1);   // the switch's own signals, not its ports' insides
         trace_->open(path);
         trace_left_ = cycles;
 #else
@@ -270,7 +273,7 @@ class Sim {
     std::unique_ptr<VerilatedContext> ctx_;
     std::unique_ptr<Vincast_switch> top_;
 #if VM_TRACE
-    std::unique_ptr<VerilatedFstC> trace_;
+    std::unique_ptr<VerilatedVcdC> trace_;
     uint64_t trace_left_ = 0;
 #endif
 };
@@ -324,12 +327,51 @@ int bench(uint64_t cycles) {
     return 0;
 }
 
+// One incast burst: every port but the last sends `frames` 1500-byte frames to the
+// last port at line rate, its class-0 queue limited to `limit` bytes; run until the
+// switch is quiet. Prints what happened (and a waveform with --trace).
+int burst(int frames, uint32_t limit, const std::string& trace_path) {
+    Sim sim(8000);
+    if (!trace_path.empty()) sim.trace(trace_path.c_str(), 100000000);
+    for (int p = 0; p < NPORTS; p++) {
+        uint64_t mac = 0x020000000001ull + p;
+        sim.write(0x0400 + p * 2, uint32_t(mac));
+        sim.write(0x0401 + p * 2, uint32_t(mac >> 32) | (uint32_t(p) << 16) | 0x80000000u);
+        sim.write(0x1000 + p * 8, limit);
+    }
+    std::vector<Inlet> in(NPORTS);
+    std::vector<Outlet> out(NPORTS);
+    Outlet tel;
+    for (int p = 0; p + 1 < NPORTS; p++)
+        for (int k = 0; k < frames; k++) {
+            Frame f;
+            f.bytes.assign(1500, 0);
+            uint64_t dst = 0x020000000001ull + NPORTS - 1, src = 0x020000000001ull + p;
+            for (int i = 0; i < 6; i++) { f.bytes[i] = uint8_t(dst >> (40 - 8 * i)); f.bytes[6 + i] = uint8_t(src >> (40 - 8 * i)); }
+            f.bytes[12] = 0x88; f.bytes[13] = 0xB5 + 1;   // a local experimental EtherType
+            f.bytes[14] = uint8_t(p); f.bytes[15] = uint8_t(k);
+            in[p].pending.push_back(std::move(f));
+        }
+    uint64_t received = 0, quiet_for = 0;
+    while (quiet_for < 1000) {
+        sim.cycle(in, out, tel, [&](int p, std::vector<uint8_t>&) { if (p == NPORTS - 1) received++; });
+        bool idle = sim.quiet();
+        for (auto& s : in) idle = idle && s.idle();
+        quiet_for = idle ? quiet_for + 1 : 0;
+    }
+    printf("{\"sent\": %d, \"received\": %llu, \"dropped\": %u, \"cycles\": %llu}\n", frames * (NPORTS - 1),
+           (unsigned long long)received, sim.read(0x6000 + (NPORTS - 1) * 8), (unsigned long long)sim.now());
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::vector<std::string> ifnames(NPORTS);
     std::string tel_if, control_path, trace_path;
     uint64_t period_ps = 8000, trace_cycles = 0;
+    int burst_frames = 0;
+    uint32_t burst_limit = 8192;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         auto next = [&]() -> std::string { if (i + 1 >= argc) { fprintf(stderr, "%s needs a value\n", a.c_str()); exit(2); } return argv[++i]; };
@@ -345,9 +387,12 @@ int main(int argc, char** argv) {
         else if (a == "--trace") trace_path = next();
         else if (a == "--trace-cycles") trace_cycles = strtoull(next().c_str(), nullptr, 0);
         else if (a == "--bench") return bench(strtoull(next().c_str(), nullptr, 0));
+        else if (a == "--burst") burst_frames = atoi(next().c_str());
+        else if (a == "--limit") burst_limit = uint32_t(strtoul(next().c_str(), nullptr, 0));
         else if (a == "--info") { printf("{\"ports\": %d, \"lw\": %d}\n", NPORTS, LW); return 0; }
         else { fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
     }
+    if (burst_frames > 0) return burst(burst_frames, burst_limit, trace_path);
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
     signal(SIGPIPE, SIG_IGN);
