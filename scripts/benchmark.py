@@ -11,9 +11,11 @@
      each of --senders-list (SIGCOMM'09 Figure 1's setting), per virtual second and
      per packet the switch forwarded
   8. SIGCOMM'09 Figure 1 whole (incast figure sigcomm09-fig1) with --jobs N: wall time
+  9. the RTL switch's model: simulated cycles and frames per host second, at 4, 16 and
+     48 ports, every port but one sending 1500-byte frames to the last (an incast)
 
 Usage (as root, after scripts/setup.sh):
-    /opt/incast/venv/bin/python scripts/benchmark.py [--skip-sweep] [--only one|scale|telemetry|sweep|bmv2|calibrate]
+    /opt/incast/venv/bin/python scripts/benchmark.py [--skip-sweep] [--only one|scale|telemetry|sweep|bmv2|calibrate|rtl]
 It drives the `incast` command as a user would.
 """
 import argparse
@@ -211,11 +213,32 @@ def figure1(tmp, jobs):
     print(f"  FAILED: {err}" if err else f"  wall time {wall:.0f} s -> {out}/figure.png")
 
 
+def rtl_speed(tmp, sizes=(4, 16, 48), cycles=1_000_000):
+    """The Verilator model's own speed, no I/O: what a virtual-time run pays per
+    simulated cycle (1 Gbit/s ports: 125 million cycles a second of link time)."""
+    print("== 9. the RTL switch's model: cycles and frames per host second")
+    from incast.dataplane import rtl
+    for n in sizes:
+        try:
+            exe = rtl.build_model(n, 12)
+        except Exception as e:   # noqa: BLE001 (a benchmark reports, never stops)
+            print(f"  {n} ports: not built: {e}")
+            continue
+        r = subprocess.run([str(exe), "--bench", str(cycles)], capture_output=True, text=True)
+        if r.returncode:
+            print(f"  {n} ports: FAILED: {r.stderr.strip()[-200:]}")
+            continue
+        b = json.loads(r.stdout)
+        print(f"  {n} ports: {b['cycles_per_s']:.0f} cycles/s ({b['cycles_per_s'] / 125e6 * 1e3:.2f} ms of "
+              f"1 Gbit/s link time per host second), {b['frames_in_per_s']:.0f} frames in/s, "
+              f"{b['frames_out_per_s']:.0f} frames out/s")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-sweep", action="store_true")
     ap.add_argument("--only", choices=["one", "scale", "telemetry", "sweep", "bmv2", "calibrate", "phases",
-                                       "figure1"])
+                                       "figure1", "rtl"])
     ap.add_argument("--senders-list", default="1,47,128",
                     help="7: virtual-time runs at these sender counts (e.g. 1,47,128,512,1020)")
     ap.add_argument("--jobs", type=int, default=2, help="8: points at once")
@@ -230,7 +253,7 @@ def main():
                  "bmv2": bmv2_pps, "calibrate": calibration,
                  "phases": lambda tmp: virtual_phases(tmp, [int(n) for n in args.senders_list.split(",")],
                                                       args.server_process, args.record),
-                 "figure1": lambda tmp: figure1(tmp, args.jobs)}
+                 "figure1": lambda tmp: figure1(tmp, args.jobs), "rtl": rtl_speed}
         for name, step in steps.items():
             if args.only and name != args.only:
                 continue
@@ -238,6 +261,9 @@ def main():
                 continue
             if name == "bmv2" and not shutil.which("simple_switch") and args.only != "bmv2":
                 print("== 5. bmv2: not installed, skipped")
+                continue
+            if name == "rtl" and not shutil.which("verilator") and args.only != "rtl":
+                print("== 9. rtl: verilator not installed, skipped")
                 continue
             step(tmp)
 
