@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Synthesize the switch with Yosys, and place and route it where nextpnr can.
+#
+#   rtl/synth/synth.sh generic NPORTS [CW] [CELL_AW]  -> Yosys's generic cells (synth)
+#   rtl/synth/synth.sh xilinx  NPORTS [CW] [CELL_AW]  -> 7-series LUTs, FFs, block RAM (synth_xilinx)
+#   rtl/synth/synth.sh ice40   NPORTS [CW] [CELL_AW]  -> iCE40 (synth_ice40), then nextpnr-ice40's Fmax
+#
+# Each prints one JSON line: the target, the parameters, and what it counted. Work
+# files go to build/rtl/synth/ (never committed). The machine is shared: nice'd.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+target=${1:?generic, xilinx or ice40}
+nports=${2:?ports}
+cw=${3:-8}
+cell_aw=${4:-12}
+# A smaller switch for the iCE40's 7680 cells: short receive and transmit memories,
+# few forwarding entries, no per-queue counters.
+rx_aw=${RX_AW:-9}; tx_aw=${TX_AW:-9}; nmac=${NMAC:-16}; stats=${STATS:-1}; maxlen=${MAXLEN:-2048}
+out=$repo/build/rtl/synth/$target-p$nports-c$cw-b$cell_aw-r$rx_aw-t$tx_aw-m$nmac-s$stats
+mkdir -p "$out"
+src="$repo/rtl/src/sync_fifo.sv $repo/rtl/src/port_rx.sv $repo/rtl/src/port_tx.sv $repo/rtl/src/incast_switch.sv"
+params="-set NPORTS $nports -set CW $cw -set CELL_AW $cell_aw -set RX_AW $rx_aw -set TX_AW $tx_aw \
+  -set NMAC $nmac -set STATS $stats -set MAXLEN $maxlen"
+read="read_verilog -sv $src; chparam $params incast_switch"
+# Each flow is Yosys's own, less its SAT-based resource sharing (share), which at 16
+# ports and more ran for hours on the per-queue multiplexers and saves little here.
+case "$target" in
+  generic) flow="synth -top incast_switch -flatten -noshare; stat" ;;
+  xilinx)
+    x="synth_xilinx -top incast_switch -flatten -family xc7"
+    flow="$x -run begin:coarse; techmap -map +/cmp2lut.v -map +/cmp2lcu.v -D LUT_WIDTH=6; alumacc; opt;
+          memory -nomap; opt_clean; $x -run map_memory:; stat" ;;
+  ice40)
+    i="synth_ice40 -top incast_switch -json $out/switch.json"
+    flow="$i -run begin:coarse; opt_expr; opt_clean; check; opt -nodffe -nosdff; fsm; opt; wreduce; peepopt;
+          opt_clean; techmap -map +/cmp2lut.v -D LUT_WIDTH=4; opt_expr; opt_clean; memory_dff; alumacc; opt;
+          memory -nomap; opt_clean; $i -run map_ram:; stat" ;;
+  *) echo "synth: unknown target $target" >&2; exit 2 ;;
+esac
+nice -n 19 yosys -q -l "$out/yosys.log" -p "$read; $flow" >/dev/null
+fmax=null
+if [ "$target" = ice40 ] && command -v nextpnr-ice40 >/dev/null; then
+  # 125 MHz asked for: the 1 Gbit/s ports' byte clock. nextpnr reports what it reached.
+  nice -n 19 nextpnr-ice40 --hx8k --package ct256 --json "$out/switch.json" --freq 125 \
+    --ignore-loops --timing-allow-fail -q -l "$out/nextpnr.log" >/dev/null 2>&1 || true
+  fmax=$(grep -oP "Max frequency for clock .*?: \K[0-9.]+" "$out/nextpnr.log" | tail -1 || true)
+  fmax=${fmax:-null}
+fi
+python3 - "$out/yosys.log" "$target" "$nports" "$cw" "$cell_aw" "$fmax" <<'PY'
+import json, re, sys
+log, target, nports, cw, cell_aw, fmax = sys.argv[1:]
+text = open(log).read()
+stat = text[text.rfind("Printing statistics"):]
+cells = {m.group(2): int(m.group(1)) for m in re.finditer(r"^\s+(\d+)\s+\$?(\S+)\s*$", stat, re.M)}
+cells.update({m.group(1): int(m.group(2)) for m in re.finditer(r"^\s+(\S+)\s+(\d+)\s*$", stat, re.M)})
+def total(prefixes):
+    return sum(n for c, n in cells.items() if any(c.startswith(p) for p in prefixes))
+if target == "xilinx":
+    counts = {"lut": total(["LUT"]), "ff": total(["FD"]), "carry": total(["CARRY"]),
+              "lutram": total(["RAM32", "RAM64", "RAM128", "RAM256"]),
+              "bram36": total(["RAMB36"]), "bram18": total(["RAMB18"]), "dsp": total(["DSP48"])}
+elif target == "ice40":
+    counts = {"lut": total(["SB_LUT4"]), "ff": total(["SB_DFF"]), "carry": total(["SB_CARRY"]),
+              "bram": total(["SB_RAM40_4K"])}
+else:
+    counts = {"cells": int(re.search(r"Number of cells:\s+(\d+)", stat).group(1)),
+              "ff": total(["_DFF", "_SDFF", "_DFFE", "_SDFFE", "_SDFFCE", "_ALDFF"]),
+              "mem": total(["$mem", "mem_v2"])}
+print(json.dumps({"target": target, "ports": int(nports), "cw": int(cw), "cells": 1 << int(cell_aw),
+                  **counts, "fmax_mhz": None if fmax == "null" else float(fmax)}))
+PY
