@@ -95,14 +95,43 @@ struct Frame {
 };
 
 // One side of a wire into the model: frames in at LW bytes a cycle, with the gap a
-// MAC leaves between them.
+// MAC leaves between them. The frames waiting here have left the host's queue but not
+// yet its MAC: as a NIC does, the inlet obeys the PAUSE (or PFC) the switch sends to
+// that port, finishing the frame on the wire and starting none until the pause ends.
+// (The host's own queue obeys it too, through hosts/pause_agent.py; without this, the
+// frames its token bucket released back to back would reach the switch through a pause.)
 struct Inlet {
     std::deque<Frame> pending;
     size_t pos = 0;
     bool in_frame = false;
     int gap = 0;
+    uint64_t paused_until = 0;   // cycle
     bool idle() const { return pending.empty() && !in_frame && gap == 0; }
+    // Something moves on this wire at cycle now (a paused queue waits for its wake).
+    bool busy(uint64_t now) const { return in_frame || gap || (!pending.empty() && now >= paused_until); }
 };
+
+// A MAC Control frame the switch sent toward a host: the pause it asks of the host's MAC.
+void obey(Inlet& s, const std::vector<uint8_t>& f, uint64_t now) {
+    if (f.size() < 18 || f[12] != 0x88 || f[13] != 0x08) return;
+    const uint64_t quantum = 512 / (8 * LW);   // 512 bit times
+    unsigned opcode = f[14] << 8 | f[15];
+    if (opcode == 0x0001) {
+        unsigned q = f[16] << 8 | f[17];
+        s.paused_until = now + q * quantum;
+    } else if (opcode == 0x0101 && f.size() >= 34) {
+        // the host has one queue: a PFC frame for any class holds all of it
+        unsigned enable = f[17], longest = 0;
+        bool any = false;
+        for (int c = 0; c < 8; c++)
+            if (enable >> c & 1) {
+                unsigned q = f[18 + 2 * c] << 8 | f[19 + 2 * c];
+                any = true;
+                if (q > longest) longest = q;
+            }
+        if (any) s.paused_until = now + longest * quantum;
+    }
+}
 
 struct Outlet {
     std::vector<uint8_t> buf;
@@ -193,7 +222,10 @@ class Sim {
         for (int p = 0; p < NPORTS; p++) {
             Inlet& s = in[p];
             bool valid = false, last = false;
-            if (!s.in_frame && s.gap == 0 && !s.pending.empty()) { s.in_frame = true; s.pos = 0; }
+            if (!s.in_frame && s.gap == 0 && !s.pending.empty() && now() >= s.paused_until) {
+                s.in_frame = true;
+                s.pos = 0;
+            }
             if (s.in_frame) {
                 const auto& f = s.pending.front().bytes;
                 valid = true;
@@ -371,6 +403,7 @@ int main(int argc, char** argv) {
     std::string tel_if, control_path, trace_path;
     uint64_t period_ps = 8000, trace_cycles = 0;
     int burst_frames = 0;
+    bool log_frames = false;
     uint32_t burst_limit = 8192;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
@@ -389,6 +422,7 @@ int main(int argc, char** argv) {
         else if (a == "--bench") return bench(strtoull(next().c_str(), nullptr, 0));
         else if (a == "--burst") burst_frames = atoi(next().c_str());
         else if (a == "--limit") burst_limit = uint32_t(strtoul(next().c_str(), nullptr, 0));
+        else if (a == "--log-frames") log_frames = true;   // each frame in and out, with its cycle
         else if (a == "--info") { printf("{\"ports\": %d, \"lw\": %d}\n", NPORTS, LW); return 0; }
         else { fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
     }
@@ -430,11 +464,15 @@ int main(int argc, char** argv) {
     const uint64_t c0 = sim.now();
     auto target = [&]() { return c0 + (mono_ns() - t0) * 1000 / period_ps; };
     auto on_frame = [&](int p, std::vector<uint8_t>& f) {
+        if (log_frames)
+            fprintf(stderr, "%llu out %d %zu %02x%02x\n", (unsigned long long)sim.now(), p, f.size(),
+                    f.size() > 13 ? f[12] : 0, f.size() > 13 ? f[13] : 0);
         int fd = p < 0 ? tel_fd : fds[p];
         if (fd >= 0 && !f.empty()) {
             if (send(fd, f.data(), f.size(), 0) < 0 && errno != EAGAIN && errno != ENOBUFS && errno != ENXIO)
                 perror("send");
         }
+        if (p >= 0) obey(in[p], f, sim.now());
         sim.frames_out_++;
     };
 
@@ -448,9 +486,13 @@ int main(int argc, char** argv) {
                 if (n <= 0) break;
                 Frame f;
                 f.bytes.assign(rbuf.begin(), rbuf.begin() + (n < ssize_t(rbuf.size()) ? n : ssize_t(rbuf.size())));
+                if (log_frames)
+                    fprintf(stderr, "%llu in %d %zu %02x%02x backlog %zu\n", (unsigned long long)sim.now(), p,
+                            f.bytes.size(), f.bytes.size() > 13 ? f.bytes[12] : 0, f.bytes.size() > 13 ? f.bytes[13] : 0,
+                            in[p].pending.size());
                 in[p].pending.push_back(std::move(f));
             }
-            if (!in[p].idle()) inputs = true;
+            if (in[p].busy(sim.now())) inputs = true;
         }
         if (tel_fd >= 0)   // nothing comes in at the collector port: keep its queue empty
             while (recv(tel_fd, rbuf.data(), rbuf.size(), 0) > 0) {}
@@ -484,22 +526,28 @@ int main(int argc, char** argv) {
         while (sim.now() < goal) {
             if (!inputs && sim.quiet()) {
                 uint64_t w = sim.wake();
+                for (auto& s : in)   // a paused wire with frames waiting: when it resumes
+                    if (!s.pending.empty() && s.paused_until > sim.now() && (w <= sim.now() || s.paused_until < w))
+                        w = s.paused_until;
                 uint64_t to = (w > sim.now() && w < goal) ? w : goal;
                 sim.skip(to - sim.now());
                 if (to == goal) break;
             }
             sim.cycle(in, out, tel, on_frame);
             inputs = false;
-            for (int p = 0; p < NPORTS; p++) if (!in[p].idle()) { inputs = true; break; }
+            for (int p = 0; p < NPORTS; p++) if (in[p].busy(sim.now())) { inputs = true; break; }
             if ((sim.simulated_ & 1023) == 0) break;   // look at the sockets now and then
         }
         if (sim.now() < goal) continue;
         // Caught up: wait for a frame, a command, or the time the model next needs.
         uint64_t wait_ns = 100000000;   // commands and stop requests, at least every 100 ms
         if (!sim.quiet() || inputs) wait_ns = 1000;
-        else if (sim.wake() > sim.now()) {
-            uint64_t w = (sim.wake() - sim.now()) * period_ps / 1000;
-            if (w < wait_ns) wait_ns = w;
+        else {
+            uint64_t w = sim.wake() > sim.now() ? sim.wake() : 0;
+            for (auto& s : in)
+                if (!s.pending.empty() && s.paused_until > sim.now() && (w == 0 || s.paused_until < w))
+                    w = s.paused_until;
+            if (w > sim.now() && (w - sim.now()) * period_ps / 1000 < wait_ns) wait_ns = (w - sim.now()) * period_ps / 1000;
         }
         std::vector<pollfd> pfds;
         for (int fd : fds) if (fd >= 0) pfds.push_back({fd, POLLIN, 0});
