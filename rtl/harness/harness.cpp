@@ -482,8 +482,29 @@ int main(int argc, char** argv) {
     };
 
     while (!stop_requested) {
-        // Frames that arrived: they enter their port now.
+        // Catch up with the clock first, with the frames that came before now: a frame
+        // read below arrived now, not when the model last stopped (after a long wait
+        // the model would otherwise take it that far back in time).
+        // Simulate while something moves, skip while quiet.
+        uint64_t goal = target();
         bool inputs = false;
+        for (int p = 0; p < NPORTS; p++) if (in[p].busy(sim.now())) { inputs = true; break; }
+        while (sim.now() < goal) {
+            if (!inputs && sim.quiet()) {
+                uint64_t w = sim.wake();
+                for (auto& s : in)   // a paused wire with frames waiting: when it resumes
+                    if (!s.pending.empty() && s.paused_until > sim.now() && (w <= sim.now() || s.paused_until < w))
+                        w = s.paused_until;
+                uint64_t to = (w > sim.now() && w < goal) ? w : goal;
+                sim.skip(to - sim.now());
+                if (to == goal) break;
+            }
+            sim.cycle(in, out, tel, on_frame);
+            inputs = false;
+            for (int p = 0; p < NPORTS; p++) if (in[p].busy(sim.now())) { inputs = true; break; }
+            if ((sim.simulated_ & 1023) == 0) break;   // look at the sockets now and then
+        }
+        // Frames that arrived: they enter their port now.
         for (int p = 0; p < NPORTS; p++) {
             if (fds[p] < 0) continue;
             for (;;) {
@@ -497,7 +518,6 @@ int main(int argc, char** argv) {
                             in[p].pending.size());
                 in[p].pending.push_back(std::move(f));
             }
-            if (in[p].busy(sim.now())) inputs = true;
         }
         if (tel_fd >= 0)   // nothing comes in at the collector port: keep its queue empty
             while (recv(tel_fd, rbuf.data(), rbuf.size(), 0) > 0) {}
@@ -526,24 +546,9 @@ int main(int argc, char** argv) {
                 i++;
             }
         }
-        // Catch up with the clock: simulate while something moves, skip while quiet.
-        uint64_t goal = target();
-        while (sim.now() < goal) {
-            if (!inputs && sim.quiet()) {
-                uint64_t w = sim.wake();
-                for (auto& s : in)   // a paused wire with frames waiting: when it resumes
-                    if (!s.pending.empty() && s.paused_until > sim.now() && (w <= sim.now() || s.paused_until < w))
-                        w = s.paused_until;
-                uint64_t to = (w > sim.now() && w < goal) ? w : goal;
-                sim.skip(to - sim.now());
-                if (to == goal) break;
-            }
-            sim.cycle(in, out, tel, on_frame);
-            inputs = false;
-            for (int p = 0; p < NPORTS; p++) if (in[p].busy(sim.now())) { inputs = true; break; }
-            if ((sim.simulated_ & 1023) == 0) break;   // look at the sockets now and then
-        }
-        if (sim.now() < goal) continue;
+        if (sim.now() < goal) continue;   // behind (real time): read again, then go on
+        inputs = false;
+        for (int p = 0; p < NPORTS; p++) if (in[p].busy(sim.now())) { inputs = true; break; }
         // Caught up: wait for a frame, a command, or the time the model next needs.
         uint64_t wait_ns = 100000000;   // commands and stop requests, at least every 100 ms
         if (!sim.quiet() || inputs) wait_ns = 1000;

@@ -198,7 +198,7 @@ module incast_switch #(
     logic [RX_AW-1:0]   rd_off;
     logic [CW*8-1:0]    rx_word [NPORTS];
     logic [NPORTS-1:0]  release_frame;
-    logic [NPORTS-1:0]  ctl_rx_valid, rx_error;
+    logic [NPORTS-1:0]  ctl_rx_valid, rx_error, rx_holding;
     logic [7:0]         ctl_rx_enable [NPORTS];
     logic [127:0]       ctl_rx_quanta [NPORTS];
     logic [NPORTS-1:0]  txw_valid;
@@ -220,7 +220,7 @@ module incast_switch #(
             .rx_keep(rx_keep[p*LW +: LW]), .rx_last(rx_last[p]),
             .info_valid(info_valid[p]), .info_len(info_len[p]), .rd_off, .rd_data(rx_word[p]),
             .release_frame(release_frame[p]), .ctl_valid(ctl_rx_valid[p]), .ctl_enable(ctl_rx_enable[p]),
-            .ctl_quanta(ctl_rx_quanta[p]), .rx_error(rx_error[p]));
+            .ctl_quanta(ctl_rx_quanta[p]), .rx_error(rx_error[p]), .holding(rx_holding[p]));
         port_tx #(.LW(LW), .CW(CW), .AW(TX_AW), .LEAD(MAXW + 4)) tx (
             .clk, .rst, .now, .wr_valid(txw_valid[p]), .wr_data(txw_data), .wr_last(txw_last),
             .wr_bytes(txw_bytes), .fifo_words(tx_words[p]), .want_next(tx_want[p]), .quantum_cycles(cfg_quantum), .ctl_xoff(ctl_xoff[p]), .ctl_xon(ctl_xon[p]),
@@ -912,9 +912,7 @@ module incast_switch #(
     // ------------------------------------------------------------- telemetry
     logic                 tdrop_valid, tdeq_valid, tdrop_full, tdeq_full, tdrop_pop, tdeq_pop;
     logic [TEL_ENTRY-1:0] tdrop_head, tdeq_head;
-    /* verilator lint_off UNUSEDSIGNAL */
     logic [3:0]           tdrop_count, tdeq_count;
-    /* verilator lint_on UNUSEDSIGNAL */
     sync_fifo #(.W(TEL_ENTRY), .AW(3)) tel_drops (
         .clk, .rst, .push(tel_drop_q), .din(tel_drop_rec), .pop(tdrop_pop), .dout(tdrop_head),
         .valid(tdrop_valid), .full(tdrop_full), .count(tdrop_count));
@@ -1098,8 +1096,10 @@ module incast_switch #(
 
     // ------------------------------------------------------------- idle time
     always_comb begin
-        quiet = ps == S_IDLE && info_valid == 0 && es == E_IDLE && !pick && tx_active == 0
-                && tls == TL_IDLE && !tdrop_valid && !tdeq_valid && rx_valid == 0;
+        // Nothing in flight anywhere, counting what a FIFO holds before its head shows it.
+        quiet = ps == S_IDLE && info_valid == 0 && rx_holding == 0 && es == E_IDLE && !pick && tx_active == 0
+                && tls == TL_IDLE && tdrop_count == 0 && tdeq_count == 0 && !tel_drop_q && !tel_deq_q
+                && rx_valid == 0;
         wake = '0;
         for (int p = 0; p < NPORTS; p++) begin
             logic queued;

@@ -29,7 +29,8 @@ module port_rx #(
     output logic            ctl_valid,
     output logic [7:0]      ctl_enable,     // classes it names (802.3x PAUSE: all eight)
     output logic [127:0]    ctl_quanta,     // class c's quanta in bits 16c+15:16c
-    output logic            rx_error
+    output logic            rx_error,
+    output logic            holding      // complete frames here (info_valid follows a cycle or two later)
 );
     localparam int DEPTH = 1 << AW;
     localparam int LANES = CW / LW;
@@ -82,9 +83,7 @@ module port_rx #(
     // Frames complete in memory: their lengths, oldest first.
     logic info_full;
     logic push_info;
-    /* verilator lint_off UNUSED */
-    logic [2:0] info_count;   // the FIFO's fill level: only `full` matters here
-    /* verilator lint_on UNUSED */
+    logic [2:0] info_count;
     sync_fifo #(.W(16), .AW(2)) infos (
         .clk, .rst, .push(push_info), .din(flen_next[15:0]), .pop(release_frame), .dout(info_len),
         .valid(info_valid), .full(info_full), .count(info_count));
@@ -96,6 +95,7 @@ module port_rx #(
     /* verilator lint_on UNUSEDSIGNAL */
     wire ends_ok = rx_valid && rx_last && !bad && !(word_done && mem_full) && !frame_long && flen_next >= 17'd14;
     assign push_info = ends_ok && !is_ctl && !info_full;
+    assign holding = info_count != 0;
 
     always_comb begin
         ctl_valid = ends_ok && is_ctl && (opcode == 16'h0001 || opcode == 16'h0101);

@@ -232,7 +232,9 @@ module port_tx #(
     end
 
     always_comb begin
-        active = st != T_IDLE || ctl_any || start_data || (head_valid && frames == 0);
+        // A word anywhere in the FIFO is work: the head shows it only a cycle or two after
+        // it is written. Only a frame the shaper holds waits (for wake).
+        active = st != T_IDLE || ctl_any || (fifo_words != 0 && (cfg_shaper == 0 || now >= shaper_next));
         wake = '0;
         if (st == T_IDLE && !ctl_any && frames != 0 && cfg_shaper != 0 && now < shaper_next) wake = shaper_next;
         for (int c = 0; c < 8; c++)
