@@ -50,7 +50,9 @@ LIMIT, XOFF_Q, XON_Q = 0x1000, 0x2000, 0x3000
 OCC, DROPS, TX_PKTS, TX_BYTES, ECN = 0x4000, 0x6000, 0x8000, 0x9000, 0xA000
 PORT_STATS = 0xB000          # + 8 * port + (1 MAC Control in, 2 PAUSE in, 3 XON in, 4 XOFF out, 5 XON out)
 SWITCH_STATS = 0xD000        # + (1 cells used, 2 bytes buffered, 3 postcards, 4 lost, 7 most buffered)
-NMAC = 16                    # the model's forwarding table
+def nmac(nports: int) -> int:
+    """The model's forwarding entries (rtl/harness/Makefile's NMAC)."""
+    return 2 * nports
 
 
 def model_size(ports: int) -> int:
@@ -74,7 +76,7 @@ def model_dir(nports: int, cell_aw: int) -> Path:
 def build_model(nports: int, cell_aw: int) -> Path:
     """The harness binary for this size, built once (a minute or more on two cores)."""
     exe = model_dir(nports, cell_aw) / "incast_switch_sim"
-    sources = list((REPO / "rtl" / "src").glob("*.sv")) + [REPO / "rtl" / "harness" / "harness.cpp"]
+    sources = list((REPO / "rtl" / "src").glob("*.sv")) + [REPO / "rtl" / "harness" / n for n in ("harness.cpp", "Makefile")]
     if exe.is_file() and exe.stat().st_mtime >= max(p.stat().st_mtime for p in sources):
         return exe
     if shutil.which("verilator") is None:
@@ -246,9 +248,10 @@ class RtlDataPlane(DataPlane):
             for c in range(8):
                 w.append((LIMIT + 8 * i + c, limits[c] if c < len(limits) else 0))
         entries = [(h.MAC(), toward[h.name]) for h in net.hosts if h.name in toward]
-        if len(entries) > NMAC * self.nports // 4 and len(entries) > NMAC:
-            raise RuntimeError(f"{len(entries)} hosts: more than the rtl switch's {NMAC} forwarding entries")
-        for e, (mac, number) in enumerate(entries[:NMAC]):
+        if len(entries) > nmac(self.nports):
+            raise RuntimeError(f"{len(entries)} hosts: more than the rtl switch's {nmac(self.nports)} forwarding "
+                               "entries (the rest would be flooded)")
+        for e, (mac, number) in enumerate(entries):
             m = mac_int(mac)
             w += [(MAC_TABLE + 2 * e, m & 0xFFFFFFFF), (MAC_TABLE + 2 * e + 1, (m >> 32) | (number - 1) << 16 | 1 << 31)]
         for dscp, c in enumerate(s.switch.qos.dscp_table()):
