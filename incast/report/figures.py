@@ -522,7 +522,7 @@ def cmd_figure(args) -> int:
 
     from incast.run import calibrate, sweep
     data, overrides, grid, repeat = plan(fig, args.quick)
-    if getattr(args, "repeat", None):
+    if getattr(args, "repeat", None) is not None:
         repeat = args.repeat        # a campaign's kept result: at least five runs a point
     points = sweep.expand(data, overrides, sweep.parse_grid([], grid))
     out = Path(args.out) if args.out else Path("results") / f"figure-{fig.name}-{time.strftime('%Y%m%d-%H%M%S')}"
