@@ -224,9 +224,23 @@ def median_interval(values: list[float], confidence: float = CONFIDENCE) -> tupl
     return v[k - 1], v[n - k]
 
 
+def runs_to_decide(confidence: float = CONFIDENCE) -> int:
+    """The fewest runs whose min-max interval of the median reaches the confidence (5 for
+    90%: 1 - 2/2^5 = 94%; four runs give 87.5%, three 75%)."""
+    n = 1
+    while 1 - 2 / 2 ** n < confidence:
+        n += 1
+    return n
+
+
 def point_verdict(runs: list[float], bound) -> str:
     """holds / fails / split: where the interval of the median of one point's runs lies
-    against the claim's bound (a predicate on one value)."""
+    against the claim's bound (a predicate on one value). Fewer runs than the confidence
+    needs decide nothing: three runs on one side of a bound happen one time in four at a
+    tipping point, so the point stays split (and incast figure adds runs) until its
+    interval is as sure as CONFIDENCE."""
+    if len(runs) < runs_to_decide():
+        return "split"
     lo, hi = median_interval(runs)
     at_lo, at_hi = bool(bound(lo)), bool(bound(hi))
     if at_lo and at_hi:
@@ -273,8 +287,9 @@ def _judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tu
             if state == "split":
                 held = sum(bool(bound(g)) for g in runs)
                 m_lo, m_hi = median_interval(runs)
-                split.append(f"{x:g}: {held} of {len(runs)} runs hold, the median's interval "
-                             f"{m_lo:.1f}-{m_hi:.1f}")
+                split.append(f"{x:g}: {held} of {len(runs)} runs hold, " + (
+                    f"too few to decide at {CONFIDENCE:.0%} ({runs_to_decide()} needed)"
+                    if len(runs) < runs_to_decide() else f"the median's interval {m_lo:.1f}-{m_hi:.1f}"))
         else:
             other = med.at[x, c.below_series] if c.below_series in med.columns and x in med.index else float("nan")
             text = f"{c.below_series} {other:.1f}"
