@@ -22,6 +22,9 @@
 //        incast_switch_sim --burst FRAMES --limit BYTES [--trace FILE.vcd]
 //                                             (one incast burst, no I/O: every port but the
 //                                              last sends FRAMES 1500-byte frames to it)
+//        incast_switch_sim [--limit BYTES] --incast SENDERS FRAMES LEN
+//                                             (output utilization: SENDERS ports send FRAMES
+//                                              LEN-byte frames at once to the last port)
 #include "Vincast_switch.h"
 #include "verilated.h"
 #if VM_TRACE
@@ -397,6 +400,66 @@ int burst(int frames, uint32_t limit, const std::string& trace_path) {
     return 0;
 }
 
+
+// Output utilization under incast: `senders` ports each send `frames` frames of `len`
+// bytes back to back to the last port; prints the last port's busy share between its
+// first and last byte, and per-frame latencies (first byte in -> last byte out).
+int incast_util(int senders, int frames, int len, uint32_t limit) {
+    Sim sim(8000);
+    for (int p = 0; p < NPORTS; p++) {
+        uint64_t mac = 0x020000000001ull + p;
+        sim.write(0x0400 + p * 2, uint32_t(mac));
+        sim.write(0x0401 + p * 2, uint32_t(mac >> 32) | (uint32_t(p) << 16) | 0x80000000u);
+        sim.write(0x1000 + p * 8, limit);
+    }
+    std::vector<Inlet> in(NPORTS);
+    std::vector<Outlet> out(NPORTS);
+    Outlet tel;
+    const int dstp = NPORTS - 1;
+    for (int p = 0; p < senders; p++)
+        for (int k = 0; k < frames; k++) {
+            Frame f;
+            f.bytes.assign(len, 0);
+            uint64_t dst = 0x020000000001ull + dstp, src = 0x020000000001ull + p;
+            for (int i = 0; i < 6; i++) { f.bytes[i] = uint8_t(dst >> (40 - 8 * i)); f.bytes[6 + i] = uint8_t(src >> (40 - 8 * i)); }
+            f.bytes[12] = 0x88; f.bytes[13] = 0xB6;
+            f.bytes[14] = uint8_t(p); f.bytes[15] = uint8_t(k);
+            in[p].pending.push_back(std::move(f));
+        }
+    uint64_t received = 0, quiet_for = 0, first = 0, last = 0, busy = 0, outbytes = 0;
+    double lat_sum = 0; uint64_t lat_max = 0;
+    uint64_t t0 = sim.now();
+    while (quiet_for < 1000) {
+        uint64_t before = sim.now();
+        sim.cycle(in, out, tel, [&](int p, std::vector<uint8_t>& f) {
+            if (p != dstp) return;
+            received++;
+            outbytes += f.size();
+            if (!first) first = before - f.size() + 1;
+            last = before;
+            // every sender's k-th frame entered at t0 + k * (len + gap) (+1 for the first byte)
+            int k = f[15];
+            uint64_t entered = t0 + uint64_t(k) * (len + wire_gap(len));
+            uint64_t lat = before - entered;
+            lat_sum += lat; if (lat > lat_max) lat_max = lat;
+        });
+        bool idle = sim.quiet();
+        for (auto& s : in) idle = idle && s.idle();
+        quiet_for = idle ? quiet_for + 1 : 0;
+    }
+    (void)busy;
+    uint64_t span = last - first + 1;
+    uint64_t ideal = received * (len + wire_gap(len)) - wire_gap(len);
+    printf("{\"senders\": %d, \"frames\": %d, \"sent\": %d, \"received\": %llu, \"dropped\": %u, \"rx_errors\": %u, "
+           "\"first_out\": %llu, \"span\": %llu, \"ideal_span\": %llu, \"utilization\": %.4f, "
+           "\"lat_mean\": %.1f, \"lat_max\": %llu}\n",
+           senders, frames, senders * frames, (unsigned long long)received, sim.read(0x6000 + dstp * 8),
+           [&]{ uint32_t e = 0; for (int p = 0; p < NPORTS; p++) e += sim.read(0xB000 + 8 * p + 6); return e; }(),
+           (unsigned long long)(first - t0), (unsigned long long)span, (unsigned long long)ideal,
+           double(ideal) / span, received ? lat_sum / received : 0.0, (unsigned long long)lat_max);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -422,6 +485,10 @@ int main(int argc, char** argv) {
         else if (a == "--trace-cycles") trace_cycles = strtoull(next().c_str(), nullptr, 0);
         else if (a == "--bench") return bench(strtoull(next().c_str(), nullptr, 0));
         else if (a == "--burst") burst_frames = atoi(next().c_str());
+        else if (a == "--incast") {
+            int n = atoi(next().c_str()), fr = atoi(next().c_str()), len = atoi(next().c_str());
+            return incast_util(n, fr, len, burst_limit);
+        }
         else if (a == "--limit") burst_limit = uint32_t(strtoul(next().c_str(), nullptr, 0));
         else if (a == "--log-frames") log_frames = true;   // each frame in and out, with its cycle
         else if (a == "--info") { printf("{\"ports\": %d, \"lw\": %d}\n", NPORTS, LW); return 0; }
