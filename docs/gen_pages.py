@@ -2,8 +2,9 @@
 (incast/report/reference.py). Nothing it writes is kept in docs/."""
 import mkdocs_gen_files
 
+from incast.cli import flags
 from incast.report import reference
 
-for path, text in reference.pages().items():
+for path, text in reference.pages(flags()).items():
     with mkdocs_gen_files.open(path, "w") as f:
         f.write(text)

@@ -197,6 +197,21 @@ def cmd_cleanup(args) -> int:
     return 0
 
 
+def flags() -> frozenset[str]:
+    """Every --flag of every command, read from the parser itself (the generated
+    reference pages name a field's flag)."""
+    out: set[str] = set()
+
+    def walk(parser: argparse.ArgumentParser) -> None:
+        for action in parser._actions:
+            out.update(s for s in action.option_strings if s.startswith("--"))
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+    walk(build_parser())
+    return frozenset(out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="incast", description="TCP incast testbed")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)

@@ -17,6 +17,7 @@ import pytest
 from pydantic import BaseModel
 
 from incast import scenario as scn
+from incast.cli import flags
 from incast.constants import DOC_RESULTS_DIR, FIGURES_DIR, LABS_DIR
 from incast.errors import BadInput
 from incast.report import doc_tables, reference
@@ -67,7 +68,7 @@ def _leaves(model, prefix=""):
 
 
 def test_the_field_reference_covers_the_model():
-    fields = {f.path: f for f in reference.scenario_fields()}
+    fields = {f.path: f for f in reference.scenario_fields(flags())}
     leaves = _leaves(scn.Scenario)
     missing = [p for p in leaves if p not in fields]
     assert not missing, f"fields the reference leaves out: {missing}"
@@ -79,7 +80,7 @@ def test_the_field_reference_covers_the_model():
 
 
 def test_the_catalog_and_the_labs_come_from_their_files():
-    pages = reference.pages()
+    pages = reference.pages(flags())
     catalog = pages["figure-catalog.md"]
     for path in FIGURES_DIR.glob("*.toml"):
         assert f"`incast figure {path.stem}`" in catalog, f"the catalog lacks figures/{path.name}"

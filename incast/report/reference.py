@@ -32,7 +32,6 @@ from incast.report import figures
 from incast.units import format_rate, format_size, format_time_us
 
 DOCS_DIR = REPO / "docs"
-CLI_SOURCE = REPO / "incast" / "cli.py"
 # A figure's kept result: sweep.parquet, sweep.json and figure.png of incast figure NAME.
 KEPT_FIGURES_DIR = DOCS_DIR / "figure-results"
 
@@ -248,14 +247,6 @@ def _default(field, unit) -> str:
     return f"`{value}`"
 
 
-def _cli_flags() -> set[str]:
-    """Every --flag incast/cli.py defines, read from its source (the commands are a
-    later stage than this one: nothing of theirs is imported)."""
-    tree = ast.parse(CLI_SOURCE.read_text())
-    return {n.value for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and re.fullmatch(r"--[a-z][a-z0-9-]*", n.value)}
-
-
 def _help_of(path: str) -> dict[str, str]:
     name = _HELP.get(path)
     if not name:
@@ -281,12 +272,12 @@ def _model_of(annotation):
     return models[0] if len(models) == 1 and typing.get_origin(base) in (typing.Union, types.UnionType) else None
 
 
-def scenario_fields() -> list[FieldDoc]:
+def scenario_fields(flags: frozenset[str] = frozenset()) -> list[FieldDoc]:
     """Every scenario field, depth first in the model's order: tables are walked
     (an optional table too), a table of named tables (tcp.profiles) is one row NAME,
-    an array of tables (background) is walked as ``background[].FIELD``."""
+    an array of tables (background) is walked as ``background[].FIELD``. ``flags``:
+    the command line's --flags (incast.cli.flags()), to name a short name's flag."""
     short = {path: alias for alias, path in scn.ALIASES.items()}
-    flags = _cli_flags()
     out: list[FieldDoc] = []
 
     def walk(model, prefix: str, section: str):
@@ -341,8 +332,8 @@ def _sections() -> list[tuple[str, type | None]]:
     return found
 
 
-def scenario_reference() -> str:
-    fields = scenario_fields()
+def scenario_reference(flags: frozenset[str]) -> str:
+    fields = scenario_fields(flags)
     lines = ["# Scenario field reference", "",
              "Generated from the scenario model (`incast/scenario.py`) each time the site is built: every",
              "field with its type, default, limits and description, the short name that `--set`, `--grid`",
@@ -366,9 +357,9 @@ def scenario_reference() -> str:
             short = f"`{f.short}`" + (f", `{f.flag}`" if f.flag else "") if f.short else ""
             lines.append(f"| `{f.path}` | {short} | {_cell(f.type)} | {_cell(f.default)} | {_cell(f.meaning)} |")
         lines.append("")
-    flags = sorted(_cli_flags() & {"--telemetry", "--capture"})
-    if flags:
-        lines += [" and ".join(f"`{f}`" for f in flags) + " take no value: each sets its field to true.", ""]
+    switches = sorted(flags & {"--telemetry", "--capture"})
+    if switches:
+        lines += [" and ".join(f"`{f}`" for f in switches) + " take no value: each sets its field to true.", ""]
     return "\n".join(lines)
 
 
@@ -544,9 +535,11 @@ def testbed_catalog() -> str:
     return "\n".join(lines)
 
 
-def pages() -> dict[str, str]:
-    """Every generated page: its path in the site's docs, its Markdown."""
-    out = {"scenario-fields.md": scenario_reference(), "figure-catalog.md": figure_catalog(),
+def pages(flags: frozenset[str]) -> dict[str, str]:
+    """Every generated page: its path in the site's docs, its Markdown. ``flags``: the
+    command line's --flags (incast.cli.flags(): the commands are a later stage than this
+    one, so their caller hands them in)."""
+    out = {"scenario-fields.md": scenario_reference(flags), "figure-catalog.md": figure_catalog(),
            "testbed-catalog.md": testbed_catalog()}
     for folder in lab_folders():
         out[f"labs/{folder.name}.md"] = lab_page(folder)
