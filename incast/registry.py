@@ -32,6 +32,7 @@ class DataPlaneEntry:
     ecn: bool = False               # marks CE above switch.ecn (where the kernel/program can)
     multi_switch: bool = False      # forwards across several switches (topologies beyond star)
     max_ports: int = 0              # ports a switch takes
+    tools: str = ""                 # what it needs beyond the set-up's base (the figure catalog says it)
     # Frames a paced switch port may send back to back after idling (its token bucket):
     # the link monitor leaves that many out of each backlogged stretch.
     port_burst_frames: int = 1
@@ -68,11 +69,13 @@ DATAPLANES: dict[str, DataPlaneEntry] = {
     "bmv2": DataPlaneEntry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True,
                            pfc=True, pause_rx=True, shared_buffer=True, packet_buffers=False,
                            host_tx_checksum=True, telemetry_sampling=True, ecn=True, multi_switch=True,
-                           max_ports=500),   # incast.p4's NPORTS, 510 is telemetry
+                           max_ports=500,   # incast.p4's NPORTS, 510 is telemetry
+                           tools="bmv2 and p4c (scripts/install-p4.sh)"),
     "rtl": DataPlaneEntry("incast.dataplane.rtl", "RtlDataPlane", "rtl/src/incast_switch.sv in Verilator",
                           pause=True, pfc=True, pause_rx=True, shared_buffer=True, packet_buffers=False,
                           host_tx_checksum=True, telemetry_sampling=True, ecn=True,
-                          max_ports=48),   # its largest model (incast.dataplane.rtl.SIZES)
+                          max_ports=48,   # its largest model (incast.dataplane.rtl.SIZES)
+                          tools="Verilator (the switch's RTL model)"),
 }
 
 WORKLOADS: dict[str, WorkloadEntry] = {

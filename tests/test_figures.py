@@ -280,3 +280,16 @@ def test_provenance_without_git(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     p = figures.provenance()
     assert p["commit"] is None and p["made"] and p["command"].startswith("incast")
+
+
+def test_what_a_figure_needs_is_read_from_its_scenarios(monkeypatch):
+    """No figure file says what it needs: its scenarios do (their clock, their data
+    plane), and missing() asks this machine for each kind of run once."""
+    fig = figures.load("fast08-flow-control")
+    assert figures.needs(fig) == ["virtual-time"]
+    real = figures.load("fast08-fig3")
+    assert figures.needs(real) == []
+    p4 = real.model_copy(update={"settings": {**real.settings, "dataplane": "bmv2"}})
+    assert figures.needs(p4) == ["bmv2"]
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert any("simple_switch is not on PATH" in w for w in figures.missing(p4)), figures.missing(p4)

@@ -64,6 +64,13 @@ class DataPlane(ABC):
         return []
 
     @classmethod
+    def host_missing(cls, scenario) -> str | None:
+        """What this machine lacks for the data plane to run the scenario, in a line, or
+        None; the tools it needs on the host, whatever kernel the run is on (asked before
+        a figure or a sweep starts, and by require())."""
+        return None
+
+    @classmethod
     def prepare_on_host(cls, scenario) -> None:
         """Make, on the host, what a run inside a guest will need and cannot make there
         (the guest sees this checkout read-only)."""

@@ -308,10 +308,19 @@ class Bmv2DataPlane(DataPlane):
     pause_ports: pd.DataFrame | None = None     # stop_flow_control's report: one row per port
 
     @classmethod
-    def require(cls, features, scenario) -> list[str]:
-        bmv2_version()
+    def host_missing(cls, scenario) -> str | None:
+        try:
+            bmv2_version()
+        except MissingFeature as e:
+            return str(e)
         if not tool("simple_switch_CLI"):
-            raise MissingFeature("simple_switch_CLI is not on PATH (it comes with bmv2)")
+            return "simple_switch_CLI is not on PATH (it comes with bmv2)"
+        return None
+
+    @classmethod
+    def require(cls, features, scenario) -> list[str]:
+        if cls.host_missing(scenario):
+            raise MissingFeature(cls.host_missing(scenario))
         return []       # telemetry comes from the P4 pipeline: nothing more to need
 
     @classmethod

@@ -199,12 +199,18 @@ class RtlDataPlane(DataPlane):
     pause_ports: pd.DataFrame | None = None
 
     @classmethod
-    def require(cls, features, scenario) -> list[str]:
+    def host_missing(cls, scenario) -> str | None:
         nports = model_size(scenario.topology.senders + 1)
         if not model_dir(nports, cell_bits(nports, cls._buffer(scenario))).joinpath("incast_switch_sim").is_file() \
                 and shutil.which("verilator") is None:
-            raise MissingFeature("verilator is not installed (scripts/setup.sh installs it): the rtl data plane "
-                                 "runs the switch's Verilator model")
+            return ("verilator is not installed (scripts/setup.sh installs it): the rtl data plane runs the "
+                    "switch's Verilator model")
+        return None
+
+    @classmethod
+    def require(cls, features, scenario) -> list[str]:
+        if cls.host_missing(scenario):
+            raise MissingFeature(cls.host_missing(scenario))
         return []
 
     @staticmethod

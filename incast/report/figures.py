@@ -81,7 +81,6 @@ class Figure(_Model):
     sweep: str = Field(description="scenario (sweep) file, relative to the repository")
     x: str = "senders"
     series: str
-    needs: list[str] = Field(default_factory=list, description="what must exist: virtual-time, bmv2")
     settings: dict[str, Any] = Field(default_factory=dict, description="fields as for --set")
     grid: dict[str, list] = Field(default_factory=dict, description="replaces the sweep file's grid")
     repeat: int = 1
@@ -107,18 +106,42 @@ def load(name: str) -> Figure:
         raise FigureError(f"figures/{name}.toml: {e}") from None
 
 
+def scenarios(fig: Figure) -> list:
+    """Every scenario the figure's full and quick grids run."""
+    from incast.run import sweep
+    out = []
+    for quick in (False, True):
+        data, overrides, grid, _ = plan(fig, quick)
+        out += [s for _, s in sweep.expand(data, overrides, sweep.parse_grid([], grid))]
+    return out
+
+
+def needs(fig: Figure) -> list[str]:
+    """What the figure's runs need beyond the set-up, read from its scenarios: virtual
+    time (the UML kernels) and the data planes that need tools of their own."""
+    from incast import clock as clocks
+    from incast.registry import DATAPLANES
+    found = []
+    for s in scenarios(fig):
+        for need, yes in (("virtual-time", clocks.named(s.clock).simulated),
+                          (s.dataplane, bool(DATAPLANES[s.dataplane].tools))):
+            if yes and need not in found:
+                found.append(need)
+    return found
+
+
 def missing(fig: Figure) -> list[str]:
-    """What this machine lacks for the figure, as reasons (empty: it can run here)."""
-    from incast.vm import guest
-    why = []
-    if "virtual-time" in fig.needs:
-        kernel = str(fig.settings.get("kernel", "stock"))
-        if guest.kernel_dir(f"uml-{kernel}") is None:
-            why.append(f"the uml-{kernel} kernel is not built (kernels/build.sh --uml)")
-    if "bmv2" in fig.needs:
-        import shutil
-        if shutil.which("simple_switch") is None:
-            why.append("bmv2 is not installed (simple_switch)")
+    """What this machine lacks for the figure, as reasons (empty: it can run here),
+    asked of each of its scenarios (incast.run.preflight.host_missing)."""
+    from incast.run import preflight
+    why: list[str] = []
+    asked = set()
+    for s in scenarios(fig):
+        # one of each kind: finding a guest kernel hashes its inputs (tens of ms)
+        kind = (s.clock, s.kernel, s.dataplane, s.topology.senders if s.dataplane != "linux" else 0)
+        if kind not in asked:
+            asked.add(kind)
+            why += [w for w in preflight.host_missing(s) if w not in why]
     return why
 
 

@@ -386,9 +386,10 @@ def _comments(path: Path) -> list[str]:
 
 
 def _needs(fig) -> str:
+    from incast.registry import DATAPLANES
     what = {"virtual-time": "the UML kernels (`kernels/build.sh --uml`): it runs in virtual time",
-            "bmv2": "bmv2 and p4c"}
-    return "; ".join(what.get(n, n) for n in fig.needs) or "nothing beyond the set-up: it runs in real time"
+            **{name: e.tools for name, e in DATAPLANES.items() if e.tools}}
+    return "; ".join(what.get(n, n) for n in figures.needs(fig)) or "nothing beyond the set-up: it runs in real time"
 
 
 def _claim_check(fig, c) -> str:
@@ -447,7 +448,7 @@ def figure_catalog() -> str:
     loaded = {name: figures.load(name) for name in names}
     for name, fig in loaded.items():
         lines.append(f"| [`{name}`](#{name}) | {_cell(fig.paper)}, {_cell(fig.figure)} | "
-                     f"{', '.join(fig.needs) or 'real time'} |")
+                     f"{', '.join(figures.needs(fig)) or 'real time'} |")
     lines.append("")
     for name, fig in loaded.items():
         lines += [f"## {fig.paper}, {fig.figure} {{ #{name} }}", "",

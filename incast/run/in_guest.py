@@ -21,6 +21,7 @@ from incast import vm
 from incast.constants import REPO
 from incast.errors import MissingFeature, RunFailed
 from incast.measure.results import Claim, Outcome
+from incast.run import preflight
 from incast.run.phases import BLOCK_LINE, PHASE_LINE, HostPhases
 from incast.scenario import Scenario, to_toml
 
@@ -29,15 +30,12 @@ def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out
                  progress=None) -> Outcome:
     """Run the scenario inside its guest kernel; its results land at out (unique_out:
     or at out-2, out-3... if another run has it)."""
-    from incast.vm import guest
     clock = clocks.named(scenario.clock)
     runner = vm.runner(clock)
     variant = runner.variant(scenario.kernel)
-    if runner.missing():
-        raise MissingFeature(runner.missing())
-    if guest.kernel_dir(variant) is None:
-        raise MissingFeature(f"the {variant} kernel is not built for the current inputs: run "
-                             f"{clock.guest_build_hint}")
+    why = preflight.host_missing(scenario)
+    if why:
+        raise MissingFeature("; ".join(why))
     dataplanes.get(scenario.dataplane).prepare_on_host(scenario)
     # Inside, the run is on the guest's own kernel, as a run on this machine's is.
     inner = scenario.model_copy(update={"kernel": "host", "clock": clocks.REAL.name})

@@ -5,7 +5,8 @@ The hosts' needs are checked here; the data plane and the workload say their own
 """
 from __future__ import annotations
 
-from incast import dataplane, workload
+from incast import clock as clocks
+from incast import dataplane, vm, workload
 from incast.errors import MissingFeature
 from incast.machine.probe import Features
 
@@ -37,3 +38,24 @@ def require(features: Features, scenario) -> list[str]:
             if floor != rto:
                 notes.append(f"{label}.rto_min {rto} us is rounded by HZ={features.hz} timers to {floor} us")
     return notes
+
+
+def host_missing(scenario) -> list[str]:
+    """What this machine lacks before the scenario can start, as reasons (empty: it can
+    start here), asked without a kernel to probe: the guest kernel and its runner where
+    the scenario runs in one, and the data plane's tools. require() asks the rest of
+    the kernel the run is on."""
+    from incast.vm import guest
+    why = []
+    if scenario.kernel != "host":
+        clock = clocks.named(scenario.clock)
+        runner = vm.runner(clock)
+        if runner.missing():
+            why.append(runner.missing())
+        variant = runner.variant(scenario.kernel)
+        if guest.kernel_dir(variant) is None:
+            why.append(f"the {variant} kernel is not built for the current inputs: run {clock.guest_build_hint}")
+    plane = dataplane.get(scenario.dataplane).host_missing(scenario)
+    if plane:
+        why.append(plane)
+    return why
