@@ -36,8 +36,9 @@ time-travel. UML, and every helper process it forks, is killed on every way out 
 run(): completion, timeout, exception, SIGINT, SIGTERM, and the caller's death.
 
 Limits of ARCH=um (measured on Debian's 6.12): one CPU (no SMP); no BPF JIT, BPF
-events, kprobes or perf events (tracepoints through tracefs work); a program that
-busy-polls stops virtual time from advancing while it spins.
+events, kprobes or perf events; the lean config (kernels/config/incast-uml.config)
+leaves tracing out too, so a guest has no tracefs. A program that busy-polls stops
+virtual time from advancing while it spins.
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The box's kernels, as root: the UML kernels for virtual time (incast run --clock
 # virtual), restored from the kernel cache when it holds them for the current inputs,
-# else built (kernels/build.sh --uml: about 40 minutes on 2 cores). With
+# else built (kernels/build.sh --uml: 17.9 minutes measured on 2 busy cores; setup.sh
+# has usually built them already). With
 # INCAST_BOX_VM_KERNELS=1 also the QEMU VM kernels (incast run --kernel; 25 minutes).
 #
 # The docker provider mounts the host's kernel cache when the host has one; the cache
@@ -20,7 +21,7 @@ fi
 if dir=$(kernels/build.sh --uml --print-dir); then
   echo "kernels: UML kernels restored from the cache ($dir)"
 else
-  echo "kernels: building the UML kernels (about 40 minutes on 2 cores)"
+  echo "kernels: building the UML kernels (about 18 minutes on 2 cores)"
   kernels/build.sh --uml >/dev/null
 fi
 if [ "${INCAST_BOX_VM_KERNELS:-0}" = 1 ]; then
