@@ -700,39 +700,6 @@ class Scenario(_Model):
     def fragments(self) -> list[int]:
         return self.workload.fragments(self.topology.senders)
 
-    def pause_headroom_bytes(self) -> int | None:
-        """With PAUSE (or PFC) on: the buffer above XOFF, the smallest over the queues
-        PAUSE watches (each class queue under PFC, the port under 802.3x). None without
-        PAUSE or with a buffer counted in packets."""
-        sw = self.switch
-        if not sw.pause.enabled or sw.buffer is None:
-            return None
-        mtu, senders = self.link.mtu, self.topology.senders
-        if sw.pause.pfc:
-            return min(lim - xoff for lim, (xoff, _) in
-                       zip(sw.class_limits(mtu), sw.class_pause_thresholds(mtu, senders)))
-        return sw.buffer - sw.port_pause_thresholds(mtu, senders)[0]
-
-    def pause_headroom_needed(self, reaction_us: float) -> int:
-        """Bytes that can still reach a port after it passes XOFF (as 802.3x and PFC
-        headroom calculators count them): from every sender, the frame its NIC has
-        committed, and the frame on its wire or, if more, what it sends at the link rate
-        while the PAUSE reaches it and it reacts (reaction_us, measured by the run)."""
-        frame = self.link.mtu + ETH_HLEN
-        during = max(frame, int(reaction_us * self.link.rate / 8e6 + 0.999))
-        per_sender = (PAUSE_FRAMES_IN_FLIGHT - 1) * frame + during
-        return self.topology.senders * per_sender
-
-    def pause_headroom_us(self) -> float | None:
-        """With PAUSE (or PFC) on: how long the buffer above XOFF takes every server's
-        frames at the link rate, the smallest over the queues PAUSE watches. A switch
-        that learns of its queue later than that drops what PAUSE would have held back.
-        None without PAUSE or with a buffer counted in packets."""
-        room = self.pause_headroom_bytes()
-        if room is None or not self.link.rate:
-            return None
-        return room * 8 / (self.topology.senders * self.link.rate) * 1e6
-
     def port_rate(self, trunk: bool) -> int:
         """A switch port's rate: a trunk's own (topology.trunk_rate), else the link's."""
         if trunk and self.topology.trunk_rate:

@@ -296,10 +296,11 @@ def test_bmv2_flow_control_across_two_switches_says_whether_it_kept_up(two_bmv2)
     the traffic (bmv2.CliSession)."""
     import tomllib
     from incast import scenario as scn
+    from incast.network.flow_control import headroom_us
     for mode in ("pause", "pfc"):
         r = two_bmv2[mode]
         s = scn.build(tomllib.loads((r["dir"] / "scenario.toml").read_text()))
-        lag = s.pause_headroom_us()
+        lag = headroom_us(s)
         wait = r["switch_ingress_wait_max_us"]
         flagged = "PAUSE could not keep this switch lossless" in r["fidelity"]["reasons"]
         print(f"{mode}: longest wait {wait} us, headroom {lag:.1f} us, faithful: {r['fidelity']['ok']}")

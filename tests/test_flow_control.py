@@ -147,10 +147,11 @@ def test_the_watchdog_catches_the_storm_and_the_network_recovers(storm, no_lefto
 def test_pause_headroom_follows_senders_rate_and_reaction(senders, reaction_us, holds):
     """The buffer above XOFF against what can still arrive once a port passes it; a run
     whose measured reaction needs more than the buffer holds warns (experiment._summary)."""
+    from incast.network.flow_control import headroom_bytes, headroom_needed
     from incast.scenario import build
     s = build({"switch": {"pause": {"enabled": True}}, "topology": {"senders": senders},
                "link": {"rate": "1Gbit"}})
-    room, needed = s.pause_headroom_bytes(), s.pause_headroom_needed(reaction_us)
+    room, needed = headroom_bytes(s), headroom_needed(s, reaction_us)
     assert room == 32 * 1024 - s.switch.port_pause_thresholds(1500, senders)[0]
     assert (needed <= room) is holds, (room, needed)
     assert needed >= senders * 2 * 1514

@@ -15,7 +15,8 @@ import uuid
 import pytest
 
 from conftest import REPO, needs_root
-from incast.network.hostconfig import nic_tc_commands, pause_agent_args
+from incast.network.flow_control import pause_agent_args
+from incast.network.hostconfig import nic_tc_commands
 from incast.machine.probe import probe
 from incast.scenario import build
 

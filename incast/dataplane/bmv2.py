@@ -41,6 +41,7 @@ from incast.p4 import program as p4program
 from incast.constants import WIRE_OVERHEAD
 from incast.errors import MissingFeature
 from incast.constants import ETH_HLEN
+from incast.network import flow_control
 from incast.measure.telemetry import TelemetryResult, build_table, empty_table, flow_labels
 from incast.dataplane import DataPlane, Port, port_rate, switch_ports
 from incast.dataplane.forwarding import flood_ports, next_hops
@@ -547,7 +548,7 @@ class Bmv2DataPlane(DataPlane):
                 f"{LATE_US / 1000:g} ms before its ingress (longest {out['switch_ingress_wait_max_us'] / 1000:.1f} "
                 "ms), in a queue no buffer limit or PAUSE reaches; a lower link rate or fewer servers keep "
                 "the switch's own buffer in charge")
-        lag = self.scenario.pause_headroom_us()
+        lag = flow_control.headroom_us(self.scenario)
         if lag is not None and out["switch_ingress_wait_max_us"] > lag:
             warnings.append(
                 f"warning: PAUSE could not keep this switch lossless: a packet waited "

@@ -9,11 +9,14 @@ environment.json    kernel, HZ, effective RTO floor, features, versions
 summary.json        the one-line summary (see SUMMARY_FIELDS), written last
 blocks.parquet      one row per measured block
 flows.parquet       one row per server connection: the sender's TCP_INFO at the end
-counters.parquet    one row per host and repetition: TCP MIB counter deltas
-queues.parquet      one row per switch queue and repetition: counter deltas + limit
-telemetry.parquet   one row per packet event at the switch queues (see incast.telemetry)
-switch.tc           the tc commands that built the switch queues (linux data plane)
+switch.*            how the data plane built the switches (its artifacts(): switch.tc, ...)
 ==================  ==================================================================
+
+and the tables of every instrument the run measured with, each named by its entry in
+``incast.registry.INSTRUMENTS`` (counters.parquet and queues.parquet: TCP MIB and
+switch queue counter deltas; telemetry.parquet, pause_ports.parquet, links.parquet,
+background.parquet, capture/ where the scenario asks for them). A new table is a new
+instrument and its registry line: nothing here changes.
 
 Every table loads with one line: ``pd.read_parquet("RUN/blocks.parquet")``.
 """

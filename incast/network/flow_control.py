@@ -20,10 +20,11 @@ import sys
 
 import numpy as np
 
-from incast.constants import HOSTS_DIR
+from incast.constants import ETH_HLEN, HOSTS_DIR
 from incast.errors import RunFailed
 from incast.measure.instrument import Instrument, Readings
 from incast.network import hostconfig
+from incast.scenario import PAUSE_FRAMES_IN_FLIGHT
 
 
 class FlowControl(Instrument):
@@ -42,7 +43,7 @@ class FlowControl(Instrument):
         classes = host_classes(scenario, b.net.hosts, b.servers, b.dscps)
         storm = scenario.switch.pause.storm
         for h in b.net.hosts:
-            args = hostconfig.pause_agent_args(h.defaultIntf().name, scenario, b.features)
+            args = pause_agent_args(h.defaultIntf().name, scenario, b.features)
             args += ["--classes", ",".join(map(str, sorted(classes[h.name])))]
             if storm and storm.host == h.name:
                 args += ["--storm-after-us", str(storm.after), "--storm-us", str(storm.duration),
@@ -114,14 +115,61 @@ def stop_agents(agents, dp) -> dict:
     return pause
 
 
+def pause_agent_args(dev: str, scenario, features=None) -> list[str]:
+    """Arguments of hosts/pause_agent.py for this host's NIC: how hostconfig stops and
+    restarts it (its plug, or its token bucket at a crawl)."""
+    pause_cmd, resume_cmd = hostconfig.pause_commands(dev, scenario, features)
+    args = ["--dev", dev, "--rate", str(scenario.link.rate), "--mtu", str(scenario.link.mtu),
+            "--pause-cmd", pause_cmd, "--resume-cmd", resume_cmd]
+    if not hostconfig.pause_by_plug(scenario, features):
+        args.append("--spend-token")   # the paused token bucket starts full: spend it
+    return args
+
+
+def headroom_bytes(scenario) -> int | None:
+    """With PAUSE (or PFC) on: the buffer above XOFF, the smallest over the queues
+    PAUSE watches (each class queue under PFC, the port under 802.3x). None without
+    PAUSE or with a buffer counted in packets."""
+    sw = scenario.switch
+    if not sw.pause.enabled or sw.buffer is None:
+        return None
+    mtu, senders = scenario.link.mtu, scenario.topology.senders
+    if sw.pause.pfc:
+        return min(lim - xoff for lim, (xoff, _) in
+                   zip(sw.class_limits(mtu), sw.class_pause_thresholds(mtu, senders)))
+    return sw.buffer - sw.port_pause_thresholds(mtu, senders)[0]
+
+
+def headroom_needed(scenario, reaction_us: float) -> int:
+    """Bytes that can still reach a port after it passes XOFF (as 802.3x and PFC
+    headroom calculators count them): from every sender, the frame its NIC has
+    committed, and the frame on its wire or, if more, what it sends at the link rate
+    while the PAUSE reaches it and it reacts (reaction_us, measured by the run)."""
+    frame = scenario.link.mtu + ETH_HLEN
+    during = max(frame, int(reaction_us * scenario.link.rate / 8e6 + 0.999))
+    per_sender = (PAUSE_FRAMES_IN_FLIGHT - 1) * frame + during
+    return scenario.topology.senders * per_sender
+
+
+def headroom_us(scenario) -> float | None:
+    """With PAUSE (or PFC) on: how long the buffer above XOFF takes every server's
+    frames at the link rate, the smallest over the queues PAUSE watches. A switch that
+    learns of its queue later than that drops what PAUSE would have held back. None
+    without PAUSE or with a buffer counted in packets."""
+    room = headroom_bytes(scenario)
+    if room is None or not scenario.link.rate:
+        return None
+    return room * 8 / (scenario.topology.senders * scenario.link.rate) * 1e6
+
+
 def pause_summary(scenario, pause: dict) -> dict:
     reactions = pause.pop("reaction_us")
     worst = float(max(reactions)) if reactions else 0.0
     return {"pause_frames": pause["pause_frames_sent"] + pause["xon_frames_sent"],
             # The buffer above XOFF against what can still arrive once a port passes it,
             # with the slowest reaction this run measured (a warning where it cannot hold it).
-            "pause_headroom_bytes": scenario.pause_headroom_bytes(),
-            "pause_headroom_needed_bytes": scenario.pause_headroom_needed(worst),
+            "pause_headroom_bytes": headroom_bytes(scenario),
+            "pause_headroom_needed_bytes": headroom_needed(scenario, worst),
             "paused_ms": round(pause["paused_ms"], 3),
             "pause_reaction_us_p50": float(np.median(reactions)) if reactions else None,
             "pause_reaction_us_p99": float(np.percentile(reactions, 99)) if reactions else None,

@@ -262,16 +262,6 @@ def pause_commands(dev: str, scenario, features=None) -> tuple[str, str]:
     return nic_qdisc(dev, link.rate, link.mtu, paused=True), resume
 
 
-def pause_agent_args(dev: str, scenario, features=None) -> list[str]:
-    """Arguments of hosts/pause_agent.py for this host's NIC."""
-    pause_cmd, resume_cmd = pause_commands(dev, scenario, features)
-    args = ["--dev", dev, "--rate", str(scenario.link.rate), "--mtu", str(scenario.link.mtu),
-            "--pause-cmd", pause_cmd, "--resume-cmd", resume_cmd]
-    if not pause_by_plug(scenario, features):
-        args.append("--spend-token")   # the paused token bucket starts full: spend it
-    return args
-
-
 def static_neighbours(hosts, servers) -> dict[str, list[tuple[str, str]]]:
     """Per host, the (IP, MAC) of the hosts it exchanges packets with: a server, every
     host that is not a server (the client, background hosts); any other host, every host.
