@@ -233,7 +233,9 @@ def test_a_figure_runs_quick_and_is_judged(tmp_path_factory, no_leftovers):
     q = quick("fast08-fig3", tmp_path_factory)
     out = q["result"]
     fig = figures.load("fast08-fig3")
-    assert out["quick"] and out["runs"] == 3 * fig.quick.get("repeat", 1)
+    # three points, each run `repeat` times, and the points a claim rests on more (up to
+    # ten) until the claim is decided (incast.report.figures.decide)
+    assert out["quick"] and 3 * fig.quick.get("repeat", 1) <= out["runs"] <= 3 * 10, out["runs"]
     assert len(out["verdicts"]) == len(fig.claims)
     for f in ("figure.png", "comparison.csv", "verdicts.json", "sweep.parquet"):
         assert (q["out"] / f).is_file(), f
