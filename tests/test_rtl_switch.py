@@ -45,8 +45,9 @@ def cocotb_results():
     runner.build(verilog_sources=sources, hdl_toplevel="incast_switch", build_dir=str(build),
                  build_args=["--unroll-count", "4096", "--unroll-stmts", "100000", "-Wno-fatal"],
                  parameters={"NPORTS": 4, "LW": 1, "CW": 8, "CELL_AW": 13})
-    # The runner hands its sys.path to the simulator's Python: the checks and this checkout.
-    added = [str(CHECKS_MODULE.parent), str(REPO)]
+    # The runner hands its sys.path to the simulator's Python: the checks, the frame
+    # checks they share with the P4 switch's tests, and this checkout.
+    added = [str(CHECKS_MODULE.parent), str(REPO / "tests"), str(REPO)]
     sys.path[:0] = added
     try:
         xml = runner.test(hdl_toplevel="incast_switch", test_module="switch_checks", build_dir=str(build))
