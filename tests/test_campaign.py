@@ -253,3 +253,19 @@ def test_a_sweep_runs_on_a_dask_cluster_of_unprivileged_workers(tmp_path, no_lef
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         shutil.rmtree(cluster, ignore_errors=True)
+
+
+def test_a_sweeps_progress_is_lines_where_no_terminal_redraws_them():
+    """In a log or CI a figure's runs still say how far they are: a line a refresh,
+    never a carriage return."""
+    import io
+    from incast.run import sweep as sweep_mod
+    out = io.StringIO()
+    bar = sweep_mod.runs_bar(list(range(4)), stream=out, every_s=0)
+    for _ in range(4):
+        bar.update(1)
+    bar.close()
+    text = out.getvalue()
+    assert "\r" not in text and text.endswith("\n")
+    lines = text.splitlines()
+    assert len(lines) >= 2 and "4/4" in lines[-1], lines

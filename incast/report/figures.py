@@ -556,8 +556,6 @@ def cmd_figure(args) -> int:
     import sys
     import time
 
-    from tqdm import tqdm
-
     from incast.run import calibrate, sweep
     data, overrides, grid, repeat = plan(fig, args.quick)
     if getattr(args, "repeat", None) is not None:
@@ -569,8 +567,7 @@ def cmd_figure(args) -> int:
     result = sweep.run_sweep(points, grid, repeat, out, unique=not args.out,
                              meta={"figure": fig.name, "quick": args.quick, "base": data, "overrides": overrides,
                                    **provenance()},
-                             progress=lambda runs: tqdm(total=len(runs), unit="run", file=sys.stderr,
-                                                        disable=not sys.stderr.isatty()),
+                             progress=sweep.runs_bar,
                              jobs=args.jobs, executor=args.executor, force_jobs=args.force_jobs,
                              fresh=args.fresh)
     if result.reused:
@@ -579,8 +576,7 @@ def cmd_figure(args) -> int:
     decide(fig, result.final, data, overrides, grid, repeat, args.max_repeat,
            lambda pts, g, r, out: sweep.run_sweep(
                pts, g, r, out, unique=True, meta={"figure": fig.name, "more_runs_for": "undecided claims"},
-               progress=lambda runs: tqdm(total=len(runs), unit="run", file=sys.stderr,
-                                          disable=not sys.stderr.isatty()),
+               progress=sweep.runs_bar,
                jobs=args.jobs, executor=args.executor, force_jobs=args.force_jobs, fresh=args.fresh),
            log=lambda m: print(m, file=sys.stderr))
     r = report(fig, result.final, args.quick)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -229,3 +230,30 @@ def resume_args(out: Path) -> dict:
         return json.loads((work / "sweep.json").read_text())
     except (OSError, ValueError):
         raise scn.ScenarioError(f"--resume: no interrupted sweep at {out} (no {work}/sweep.json)") from None
+
+
+class _Lines:
+    """A stream for tqdm where no terminal redraws a line: each refresh a line of its own."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        text = text.replace("\r", "").strip()
+        if text:
+            self.stream.write(text + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def runs_bar(runs, stream=None, every_s: float = 30.0):
+    """A progress bar over a sweep's runs: redrawn in place on a terminal; elsewhere (a
+    log file, CI) a line at most every `every_s` seconds, so an hour-long figure says
+    how far it is."""
+    from tqdm import tqdm
+    stream = stream or sys.stderr
+    if stream.isatty():
+        return tqdm(total=len(runs), unit="run", file=stream)
+    return tqdm(total=len(runs), unit="run", file=_Lines(stream), mininterval=every_s, ascii=True,
+                dynamic_ncols=False, ncols=100)
