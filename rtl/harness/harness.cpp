@@ -363,30 +363,42 @@ int bench(uint64_t cycles) {
     return 0;
 }
 
-// One incast burst: every port but the last sends `frames` 1500-byte frames to the
-// last port at line rate, its class-0 queue limited to `limit` bytes; run until the
-// switch is quiet. Prints what happened (and a waveform with --trace).
-int burst(int frames, uint32_t limit, const std::string& trace_path) {
-    Sim sim(8000);
-    if (!trace_path.empty()) sim.trace(trace_path.c_str(), 100000000);
+// Port p's host (MAC 02:00:00:00:00:p+1) in the forwarding table, and every port's
+// class-0 queue limited to `limit` bytes: the set-up of the no-I/O modes below.
+static void learn_hosts(Sim& sim, uint32_t limit) {
     for (int p = 0; p < NPORTS; p++) {
         uint64_t mac = 0x020000000001ull + p;
         sim.write(0x0400 + p * 2, uint32_t(mac));
         sim.write(0x0401 + p * 2, uint32_t(mac >> 32) | (uint32_t(p) << 16) | 0x80000000u);
         sim.write(0x1000 + p * 8, limit);
     }
+}
+
+// A `len`-byte frame from port src's host to port dst's, of a local experimental
+// EtherType (0x88B6), its sender and sequence number in bytes 14 and 15.
+static Frame test_frame(int src, int dst, int k, int len) {
+    Frame f;
+    f.bytes.assign(len, 0);
+    uint64_t d = 0x020000000001ull + dst, s = 0x020000000001ull + src;
+    for (int i = 0; i < 6; i++) { f.bytes[i] = uint8_t(d >> (40 - 8 * i)); f.bytes[6 + i] = uint8_t(s >> (40 - 8 * i)); }
+    f.bytes[12] = 0x88; f.bytes[13] = 0xB6;
+    f.bytes[14] = uint8_t(src); f.bytes[15] = uint8_t(k);
+    return f;
+}
+
+// One incast burst: every port but the last sends `frames` 1500-byte frames to the
+// last port at line rate, its class-0 queue limited to `limit` bytes; run until the
+// switch is quiet. Prints what happened (and a waveform with --trace).
+int burst(int frames, uint32_t limit, const std::string& trace_path) {
+    Sim sim(8000);
+    if (!trace_path.empty()) sim.trace(trace_path.c_str(), 100000000);
+    learn_hosts(sim, limit);
     std::vector<Inlet> in(NPORTS);
     std::vector<Outlet> out(NPORTS);
     Outlet tel;
     for (int p = 0; p + 1 < NPORTS; p++)
         for (int k = 0; k < frames; k++) {
-            Frame f;
-            f.bytes.assign(1500, 0);
-            uint64_t dst = 0x020000000001ull + NPORTS - 1, src = 0x020000000001ull + p;
-            for (int i = 0; i < 6; i++) { f.bytes[i] = uint8_t(dst >> (40 - 8 * i)); f.bytes[6 + i] = uint8_t(src >> (40 - 8 * i)); }
-            f.bytes[12] = 0x88; f.bytes[13] = 0xB5 + 1;   // a local experimental EtherType
-            f.bytes[14] = uint8_t(p); f.bytes[15] = uint8_t(k);
-            in[p].pending.push_back(std::move(f));
+            in[p].pending.push_back(test_frame(p, NPORTS - 1, k, 1500));
         }
     uint64_t received = 0, quiet_for = 0;
     while (quiet_for < 1000) {
@@ -406,25 +418,14 @@ int burst(int frames, uint32_t limit, const std::string& trace_path) {
 // first and last byte, and per-frame latencies (first byte in -> last byte out).
 int incast_util(int senders, int frames, int len, uint32_t limit) {
     Sim sim(8000);
-    for (int p = 0; p < NPORTS; p++) {
-        uint64_t mac = 0x020000000001ull + p;
-        sim.write(0x0400 + p * 2, uint32_t(mac));
-        sim.write(0x0401 + p * 2, uint32_t(mac >> 32) | (uint32_t(p) << 16) | 0x80000000u);
-        sim.write(0x1000 + p * 8, limit);
-    }
+    learn_hosts(sim, limit);
     std::vector<Inlet> in(NPORTS);
     std::vector<Outlet> out(NPORTS);
     Outlet tel;
     const int dstp = NPORTS - 1;
     for (int p = 0; p < senders; p++)
         for (int k = 0; k < frames; k++) {
-            Frame f;
-            f.bytes.assign(len, 0);
-            uint64_t dst = 0x020000000001ull + dstp, src = 0x020000000001ull + p;
-            for (int i = 0; i < 6; i++) { f.bytes[i] = uint8_t(dst >> (40 - 8 * i)); f.bytes[6 + i] = uint8_t(src >> (40 - 8 * i)); }
-            f.bytes[12] = 0x88; f.bytes[13] = 0xB6;
-            f.bytes[14] = uint8_t(p); f.bytes[15] = uint8_t(k);
-            in[p].pending.push_back(std::move(f));
+            in[p].pending.push_back(test_frame(p, dstp, k, len));
         }
     uint64_t received = 0, quiet_for = 0, first = 0, last = 0, busy = 0, outbytes = 0;
     double lat_sum = 0; uint64_t lat_max = 0;
