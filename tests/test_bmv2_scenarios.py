@@ -137,11 +137,16 @@ def _flags(**extra) -> list[str]:
 def test_bmv2_collapse_is_explained(tmp_path, no_leftovers):
     """incast explain reads a P4 switch's run as it reads a kernel bridge's: the servers'
     capture holds every timeout the kernel counted (and no more than timeouts plus loss
-    probes), each classified, and some block waited out one of them."""
+    probes), each classified, and some block waited out one of them.
+
+    The kernel's TCPTimeouts alone may be 0 here: when the last segment of a fragment is
+    lost, the tail loss probe is armed no earlier than the RTO (one packet out: 2 srtt +
+    RTOmin) and the resend after 200 ms of silence is counted as a probe (measured: 1-4
+    TCPTimeouts, 30 probes, 8 timeout-length waits in the trace over 20 blocks)."""
     import json
     from conftest import incast_cmd, run_json
     s = run_json(*_flags(**{"--senders": str(SENDERS)}), "--capture", "--out", tmp_path / "r")
-    assert s["capture_dropped"] == 0 and s["timeouts"] > 0, s
+    assert s["capture_dropped"] == 0 and s["drops"] > 0, s
     r = incast_cmd("explain", str(tmp_path / "r"), "--json")
     assert r.returncode == 0, r.stderr
     t = json.loads(r.stdout)
