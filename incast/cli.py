@@ -259,9 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="directory to create (default results/figure-NAME-<time>)")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     p.add_argument("--repeat", type=int, metavar="R",
-                   help="runs a point, each its own seed (default: the figure's; kept results take 5)")
+                   help="runs a point, each its own seed (default: the figure's; kept results take 6)")
     p.add_argument("--max-repeat", type=int, default=20, metavar="R",
-                   help="runs a point may get while a claim it tests is undecided (5, 10, then 20; "
+                   help="runs a point may get while a claim it tests is undecided (6, 10, then 20; "
                         "default 20; the figure's own repeat turns it off)")
     _add_campaign_args(p)
     p.set_defaults(func=lambda a: __import__("incast.report.figures", fromlist=["cmd_figure"]).cmd_figure(a))

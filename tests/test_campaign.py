@@ -136,6 +136,60 @@ def test_a_killed_sweep_resumes_without_measuring_a_finished_point_again(tmp_pat
     assert set(table.loc[~table["reused"], "point_key"]).isdisjoint(finished)
 
 
+def _children(pid: int) -> set[int]:
+    out = set()
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.add(int(stat.split("/")[2]))
+    return out
+
+
+def _registered_runs() -> set[int]:
+    pids = set()
+    for f in Path("/run/incast").glob("incast-*.json"):
+        try:
+            pids.add(json.loads(f.read_text())["pid"])
+        except (OSError, ValueError, KeyError):
+            continue            # removed, or not a run's state
+    return pids
+
+
+@pytest.mark.network
+@needs_root
+def test_a_sweep_killed_alone_takes_its_runs_with_it(tmp_path, no_leftovers):
+    """SIGKILL to the sweep's process only (not its group, as a scheduler or `kill PID`
+    does): the point it was running is torn down, not left running without it."""
+    store = tmp_path / "store"
+    proc = subprocess.Popen([sys.executable, "-m", "incast", "sweep", "--grid", "senders=2", *SMALL,
+                             "--blocks", "100000", "--out", str(tmp_path / "sw")], cwd=REPO,
+                            env=dict(os.environ, INCAST_POINTS=str(store)), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        # The point's run, once it has registered what it builds (its state file, which
+        # names it): its teardown has work to do. (The sweep's other children, git or a
+        # probe, come and go.)
+        while not (runs := _registered_runs() & _children(proc.pid)):
+            assert proc.poll() is None, f"the sweep ended before it was killed: {proc.stderr.read()}"
+            assert time.monotonic() < deadline, "the sweep's run registered nothing in 120 s"
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 60
+        while any(Path(f"/proc/{pid}").exists() for pid in runs):
+            assert time.monotonic() < deadline, f"runs {runs} still alive 60 s after their sweep died"
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    # no_leftovers: no namespace, link or process of the run is left
+
+
 def _zombie_children() -> int:
     me, n = os.getpid(), 0
     for stat in glob.glob("/proc/[0-9]*/stat"):

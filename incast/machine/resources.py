@@ -19,6 +19,7 @@ import json
 import os
 import re
 import signal
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -145,6 +146,8 @@ class Run:
         self._old_handlers: dict = {}
         self._entered = False
         self._children: list = []     # subprocess.Popen objects to reap at teardown
+        self._tearing_down = False
+        self._signalled: int | None = None
 
     # --- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "Run":
@@ -159,7 +162,22 @@ class Run:
         self.teardown()
 
     def _on_signal(self, signum, frame):
+        if self._tearing_down:
+            return              # a second signal must not cut the teardown short
+        if self._signalled is None:
+            self._signalled = signum
+            # A handler that raises inside a finalizer or a weakref callback (an import's
+            # module lock, measured) has its exception printed and dropped, and the run
+            # went on without its sweep: until teardown starts, the signal comes again.
+            threading.Thread(target=self._signal_again, args=(signum,), daemon=True).start()
         raise KeyboardInterrupt(f"signal {signum}")
+
+    def _signal_again(self, signum: int) -> None:
+        while True:
+            time.sleep(1.0)
+            if self._tearing_down:
+                return
+            os.kill(os.getpid(), signum)
 
     def _save(self) -> None:
         tmp = self.state_file.with_suffix(".tmp")
@@ -216,6 +234,7 @@ class Run:
         self._children += [c for c in children if c is not None]
 
     def teardown(self) -> None:
+        self._tearing_down = True
         try:
             self.leave_world()
         finally:

@@ -57,10 +57,16 @@ def _incast_run(scenario_file: Path, out: Path, env_extra: dict | None = None) -
     env = dict(os.environ, **(env_extra or {}))
     t = time.monotonic()
     # -v: the run says what it does; kept for the sweep's own -v and for errors.
-    r = subprocess.run([sys.executable, "-m", "incast", "run", str(scenario_file), "--out", str(out), "--json",
-                        "-v"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True, env=env)
-    return r.returncode, r.stderr, time.monotonic() - t
+    # setpriv --pdeathsig: a run gets SIGTERM (its teardown) when the sweep that started it
+    # dies, however it dies (SIGKILL included), instead of running on without it. Its
+    # output goes to files, not pipes: a pipe whose reader died fails the teardown's own
+    # messages (EPIPE), which left the run's namespaces behind.
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        r = subprocess.run(["setpriv", "--pdeathsig", "TERM", sys.executable, "-m", "incast", "run",
+                            str(scenario_file), "--out", str(out), "--json", "-v"],
+                           stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env)
+        stderr.seek(0)
+        return r.returncode, stderr.read(), time.monotonic() - t
 
 
 def _error_line(returncode: int, stderr: str) -> str:
