@@ -303,6 +303,21 @@ def test_every_claim_holds_where_quick_mode_tests_it(name, index, tmp_path_facto
     assert_claim(out["verdicts"][index])
 
 
+def test_every_full_kept_result_is_judged_as_its_figure_declares():
+    """The kept results (docs/figure-results/NAME: incast figure NAME at full scale),
+    re-judged with this checkout's judge: a claim holds, or it is a declared divergence
+    and does not hold (the day it holds, or cannot be decided, the declaration must go
+    or say so). Quick kept results and those made with settings the figure no longer has
+    are shown as such on the scoreboard and judged nowhere else."""
+    from incast.report import scoreboard
+    rows = [r for r in scoreboard.rows() if r["kept"] == "full" and not r["stale"]]
+    assert rows, "no full kept result is current"
+    wrong = [f"{r['figure']}:{r['index']} {r['verdict']}"
+             f"{' (declared divergence)' if r['divergence'] else ''}: {r['ours']}"
+             for r in rows if r["verdict"] != ("does not hold" if r["divergence"] else "holds")]
+    assert not wrong, "\n".join(wrong)
+
+
 def test_provenance_without_git(monkeypatch):
     """A result made where git is missing (a minimal root, a package installed without
     the checkout) says so instead of failing the figure."""
