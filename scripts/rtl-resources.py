@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-FIELDS = ["target", "ports", "cw", "cells", "lut", "ff", "carry", "lutram", "bram36", "bram18", "bram", "dsp",
+FIELDS = ["target", "ports", "cw", "cells", "lut", "ff", "carry", "lutram", "bram36", "bram18", "bram", "dsp", "fit",
           "fmax_mhz", "settings", "command", "commit"]
 
 
@@ -52,7 +52,7 @@ def main() -> int:
         keys = {(r["target"], str(r["ports"])) for r in rows}
         kept = [r for r in old if (r["target"], r["ports"]) not in keys]
         with path.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+            w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore", lineterminator="\n")
             w.writeheader()
             for r in kept + rows:
                 w.writerow({k: ("" if r.get(k) is None else r.get(k, "")) for k in FIELDS})

@@ -62,6 +62,13 @@ if target == "xilinx":
 elif target == "ice40":
     counts = {"lut": total(["SB_LUT4"]), "ff": total(["SB_DFF"]), "carry": total(["SB_CARRY"]),
               "bram": total(["SB_RAM40_4K"])}
+    # What the HX8K offers against what the design asks (nextpnr's utilization lines):
+    # a design too large stops before placement, with no clock to report.
+    import os
+    pnr = os.path.join(os.path.dirname(log), "nextpnr.log")
+    if os.path.isfile(pnr):
+        use = dict(re.findall(r"^Info:\s+(ICESTORM_LC|ICESTORM_RAM|SB_IO):\s+(\d+/\s*\d+)", open(pnr).read(), re.M))
+        counts["fit"] = " ".join(f"{k} {v.replace(' ', '')}" for k, v in use.items())
 else:
     counts = {"cells": int(re.search(r"Number of cells:\s+(\d+)", stat).group(1)),
               "ff": total(["_DFF", "_SDFF", "_DFFE", "_SDFFE", "_SDFFCE", "_ALDFF"]),
