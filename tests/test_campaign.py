@@ -263,7 +263,12 @@ def test_a_sweep_runs_on_a_dask_cluster_of_unprivileged_workers(tmp_path, no_lef
     home.mkdir()
     os.chown(home, 65534, 65534)
     sched_file = cluster / "scheduler.json"
-    env = dict(os.environ, HOME=str(home), DASK_DISTRIBUTED__WORKER__DAEMON="False")
+    # The workers import the package as nobody, which may not read this checkout (one under
+    # /root, mode 0700, as on a fresh machine): they get a copy of it where they can.
+    src = cluster / "src"
+    shutil.copytree(REPO, src, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", "results", "docs", "rtl", "lib", "__pycache__", ".pytest_cache", "*.egg-info", "tests"))
+    env = dict(os.environ, HOME=str(home), DASK_DISTRIBUTED__WORKER__DAEMON="False", PYTHONPATH=str(src))
     procs = [subprocess.Popen([_dask_bin(), "scheduler", "--host", "127.0.0.1", "--port", "0",
                                "--no-dashboard", "--scheduler-file", str(sched_file)],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
