@@ -16,8 +16,11 @@ flow had received when it timed out (DART):
 - ``other``: enough duplicate ACKs came, and the flow timed out anyway.
 
 A timeout is a retransmission of the first unacknowledged segment when the flow's
-retransmission timer (restarted by an ACK of new data, a retransmission, or data sent
-into an empty pipe; not by duplicate ACKs) has run for at least the run's effective RTO floor plus the flow's
+retransmission timer (restarted by an ACK of new data, a retransmission of that segment,
+or data sent into an empty pipe; not by duplicate ACKs, nor by a probe or a recovery
+retransmission of a later segment; and, as Linux re-arms it where a tail loss probe is
+armed, running from the segment's own latest transmission if that was earlier, though
+never from before its latest retransmission) has run for at least the run's effective RTO floor plus the flow's
 smoothed RTT as the trace measures it (Linux's RTO is at least srtt + rto_min), less a
 10% margin for timer slack: the flow waited out an RTO. Linux may send a tail loss probe
 in the timeout's place at that moment (it caps the probe's timer at the RTO; with one
@@ -116,6 +119,8 @@ class _Flow:
     srtt_ns: float | None = None
     first_sent: dict = field(default_factory=dict)  # end seq of a segment sent once -> when
     sends: dict = field(default_factory=dict)       # relative seq -> number of transmissions
+    last_sent: dict = field(default_factory=dict)   # relative seq -> its latest transmission
+    head_rtx_t: int = 0     # the latest retransmission of the first unacknowledged segment
     fragment_starts: list = field(default_factory=list)
     timeouts: list = field(default_factory=list)
 
@@ -142,19 +147,27 @@ def find_timeouts(segments: list[Segment], server_ip: str, floor_ns: int, dupthr
         if outgoing and s.payload:
             rel = _rel(s.seq, f.base)
             if rel < f.snd_max:                     # a retransmission
-                wait = s.t_ns - f.timer_t
+                # Where a tail loss probe is armed, Linux's RTO fires an RTO after the head's
+                # latest transmission, even when an ACK came since (tcp_rearm_rto takes the
+                # time since then off); never before the head was last resent (go-back-N after
+                # a timeout resends segments sent long before, each within an RTT).
+                head_t = f.last_sent.get(rel, f.timer_t)
+                wait = s.t_ns - max(f.head_rtx_t, min(f.timer_t, head_t))
                 f.first_sent.pop(rel + s.payload, None)   # Karn: no RTT sample from it
                 # Linux's RTO is at least srtt + rto_min (the minimum bounds rttvar); a
                 # tail loss probe fires after about 2 srtt, so this keeps most apart.
                 if rel == f.snd_una and wait >= (floor_ns + (f.srtt_ns or 0)) * FLOOR_MARGIN:
                     f.timeouts.append({"t_ns": s.t_ns, "seq": rel, "len": s.payload, "dart": f.dup,
                                        "sends_before": f.sends.get(rel, 0), "wait_us": wait / 1000})
-                f.timer_t = s.t_ns                  # a retransmission restarts the timer
+                if rel == f.snd_una:                # the head resent: the timer restarts
+                    f.timer_t = f.head_rtx_t = s.t_ns
+                # Other retransmissions (a probe of the tail, recovery's) leave it be.
             else:
                 f.first_sent[rel + s.payload] = s.t_ns
                 if f.snd_una == f.snd_max:          # nothing was in flight: the timer starts
                     f.timer_t = s.t_ns
             f.sends[rel] = f.sends.get(rel, 0) + 1
+            f.last_sent[rel] = s.t_ns
             f.snd_max = max(f.snd_max, rel + s.payload)
         elif not outgoing:
             if s.payload:                           # a request: the next fragment starts here
