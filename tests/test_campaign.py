@@ -136,15 +136,16 @@ def test_a_killed_sweep_resumes_without_measuring_a_finished_point_again(tmp_pat
     assert set(table.loc[~table["reused"], "point_key"]).isdisjoint(finished)
 
 
-def _children(pid: int) -> set[int]:
-    out = set()
+def _children(pid: int) -> dict[int, str]:
+    """pid -> state of every process whose parent is pid (/proc/PID/stat)."""
+    out = {}
     for stat in glob.glob("/proc/[0-9]*/stat"):
         try:
             fields = Path(stat).read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         if int(fields[1]) == pid:
-            out.add(int(stat.split("/")[2]))
+            out[int(stat.split("/")[2])] = fields[0]
     return out
 
 
@@ -173,7 +174,7 @@ def test_a_sweep_killed_alone_takes_its_runs_with_it(tmp_path, no_leftovers):
         # The point's run, once it has registered what it builds (its state file, which
         # names it): its teardown has work to do. (The sweep's other children, git or a
         # probe, come and go.)
-        while not (runs := _registered_runs() & _children(proc.pid)):
+        while not (runs := _registered_runs() & set(_children(proc.pid))):
             assert proc.poll() is None, f"the sweep ended before it was killed: {proc.stderr.read()}"
             assert time.monotonic() < deadline, "the sweep's run registered nothing in 120 s"
             time.sleep(0.1)
@@ -191,14 +192,7 @@ def test_a_sweep_killed_alone_takes_its_runs_with_it(tmp_path, no_leftovers):
 
 
 def _zombie_children() -> int:
-    me, n = os.getpid(), 0
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        n += fields[0] == "Z" and int(fields[1]) == me
-    return n
+    return sum(state == "Z" for state in _children(os.getpid()).values())
 
 
 @pytest.mark.network

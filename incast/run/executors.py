@@ -58,13 +58,14 @@ def _incast_run(scenario_file: Path, out: Path, env_extra: dict | None = None) -
     t = time.monotonic()
     # -v: the run says what it does; kept for the sweep's own -v and for errors.
     # setpriv --pdeathsig: a run gets SIGTERM (its teardown) when the sweep that started it
-    # dies, however it dies (SIGKILL included), instead of running on without it. Its
-    # output goes to files, not pipes: a pipe whose reader died fails the teardown's own
-    # messages (EPIPE), which left the run's namespaces behind.
-    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+    # dies, however it dies (SIGKILL included), instead of running on without it (setpriv,
+    # not a preexec_fn as incast.vm.guest.set_pdeathsig: these runs start from threads).
+    # Its messages go to a file, not a pipe, so a run whose sweep died can still write
+    # them while it tears down; its JSON line is not read (the run directory is).
+    with tempfile.TemporaryFile("w+") as stderr:
         r = subprocess.run(["setpriv", "--pdeathsig", "TERM", sys.executable, "-m", "incast", "run",
                             str(scenario_file), "--out", str(out), "--json", "-v"],
-                           stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env)
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
         stderr.seek(0)
         return r.returncode, stderr.read(), time.monotonic() - t
 
