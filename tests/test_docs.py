@@ -198,6 +198,20 @@ def test_a_template_draws_a_share_from_the_columns(tmp_path, monkeypatch):
         doc_tables.render("t.csv", "| x |\n| {nosuch / blocks} |", False, "")
 
 
+def test_a_sample_of_output_is_drawn_from_the_runs_that_printed_it(tmp_path, monkeypatch):
+    """A ``text`` block: a command's printed lines, each drawn from its run's row, so a
+    sample of output cannot drift from the runs it quotes."""
+    (tmp_path / "t.csv").write_text("label,senders,goodput_mbps,command,commit\n"
+                                    "n16,16,70.43,incast run --senders 16,abc1234\n")
+    page = tmp_path / "p.md"
+    page.write_text("<!-- results: t.csv text\n{senders} senders: goodput {goodput_mbps:.1f} Mbit/s -> {label}\n-->\n"
+                    "stale\n<!-- end results -->\n")
+    monkeypatch.setattr(doc_tables, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(doc_tables, "REPO", tmp_path)
+    text = doc_tables.refresh(page)
+    assert "```text\n16 senders: goodput 70.4 Mbit/s -> n16\n```" in text and "stale" not in text
+    assert "command and commit of each line" in text
+
 def test_the_scoreboard_is_current():
     """docs/scoreboard.md is what the kept results and this checkout's judge give now."""
     from incast.report import scoreboard

@@ -18,7 +18,8 @@ two comments that hold how it is drawn::
 The comment's first line names the file (and, with ``where COLUMN=VALUE``, the rows
 it takes); the next are the table's header and a row
 template (Python format fields naming the CSV's columns, or arithmetic on them), or, after ``code``, one line
-per row in a ``sh`` block (the rows' commands). Below every table a line links the file,
+per row in a ``sh`` block (the rows' commands), or, after ``text``, one line per row in a plain block
+(what the rows' runs printed, as a sample of a command's output). Below every table a line links the file,
 so each number's command is one line away. ``python -m incast.report.doc_tables``
 rewrites the pages from the files (``--check`` only compares), and ``... record OUT.csv
 DIR... --field F --command C`` writes a file from run or sweep directories; tests/test_docs.py fails
@@ -41,7 +42,7 @@ from incast.errors import BadInput
 
 PAGES = [REPO / "README.md", *sorted(DOCS_DIR.rglob("*.md"))]
 
-BLOCK = re.compile(r"<!-- results: (?P<file>[\w.+-]+\.csv)(?: where (?P<col>\w+)=(?P<val>\S+))?(?P<code> code)?\n"
+BLOCK = re.compile(r"<!-- results: (?P<file>[\w.+-]+\.csv)(?: where (?P<col>\w+)=(?P<val>\S+))?(?: (?P<code>code|text))?\n"
                    r"(?P<spec>.*?)\n-->\n"
                    r"(?P<body>.*?)<!-- end results -->", re.S)
 
@@ -87,12 +88,14 @@ class _RowFormatter(string.Formatter):
 _FORMAT = _RowFormatter()
 
 
-def render(name: str, spec: str, code: bool, link_prefix: str, where: tuple[str, str] | None = None) -> str:
+def render(name: str, spec: str, code: str | None, link_prefix: str, where: tuple[str, str] | None = None) -> str:
     """The text between a block's comments: the table (or code block) and the link."""
     lines = spec.splitlines()
     try:
         if code:
-            body = ["```sh", *(_FORMAT.format(ln, **r) for r in rows(name, where) for ln in lines), "```"]
+            # code: the rows' commands, to run; text: what the rows' runs printed
+            body = ["```" + ("sh" if code == "code" else "text"),
+                    *(_FORMAT.format(ln, **r) for r in rows(name, where) for ln in lines), "```"]
         else:
             header, template = lines
             cols = header.count("|") - 1
@@ -100,7 +103,7 @@ def render(name: str, spec: str, code: bool, link_prefix: str, where: tuple[str,
     except (KeyError, ValueError, NameError, SyntaxError, ZeroDivisionError) as e:
         raise BadInput(f"docs/results/{name}: the template does not fit the file: {e!r}") from None
     link = f"{link_prefix}results/{name}"
-    what = "commands" if code else "command and commit of each row"
+    what = {"code": "commands", "text": "command and commit of each line"}.get(code, "command and commit of each row")
     return "\n".join(body) + f"\n\n*The {what}: [docs/results/{name}]({link}).*\n"
 
 
@@ -119,7 +122,7 @@ def refresh(page: Path) -> str:
 
     def draw(m: re.Match) -> str:
         where = (m["col"], m["val"]) if m["col"] else None
-        body = render(m["file"], m["spec"], bool(m["code"]), _link_prefix(page), where)
+        body = render(m["file"], m["spec"], m["code"], _link_prefix(page), where)
         return m.group(0)[:m.start("body") - m.start()] + body + "<!-- end results -->"
     return BLOCK.sub(draw, text)
 
