@@ -255,7 +255,7 @@ def quick(name: str, tmp_path_factory) -> dict:
 @needs_root
 @pytest.mark.network
 def test_a_figure_runs_quick_and_is_judged(tmp_path_factory, no_leftovers):
-    """FAST'08 Figure 3 on the linux data plane in real time: its quick grid runs and
+    """FAST'08 Figure 3 on its paper's testbed in virtual time: its quick grid runs and
     gives a picture, the paper-vs-ours table and a verdict for every claim."""
     q = quick("fast08-fig3", tmp_path_factory)
     out = q["result"]
@@ -331,9 +331,10 @@ def test_what_a_figure_needs_is_read_from_its_scenarios(monkeypatch):
     plane), and missing() asks this machine for each kind of run once."""
     fig = figures.load("fast08-flow-control")
     assert figures.needs(fig) == ["virtual-time"]
-    real = figures.load("fast08-fig3")
+    real = figures.load("fast08-qos")
     assert figures.needs(real) == []
     p4 = real.model_copy(update={"settings": {**real.settings, "dataplane": "bmv2"}})
     assert figures.needs(p4) == ["bmv2"]
+    assert figures.needs(figures.load("three-switches-200us")) == ["virtual-time", "bmv2", "rtl"]
     monkeypatch.setenv("PATH", "/nonexistent")
     assert any("simple_switch is not on PATH" in w for w in figures.missing(p4)), figures.missing(p4)
