@@ -41,7 +41,6 @@ the fits, or records them for the documentation's table (incast/report/doc_table
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from dataclasses import asdict, dataclass, field
@@ -464,13 +463,6 @@ def record_rows(sweep_dir: Path, fits: list[ModelFit], out: Path | None = None) 
     return rows
 
 
-def write_rows(out: Path, rows: list[dict]) -> None:
-    with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m incast.report.wren_model",
                                 description="Fit WREN'09's goodput model to a kept figure result.")
@@ -493,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  - {why}")
     if args.record:
         rows = record_rows(args.dir, fits, args.record)
-        write_rows(args.record, rows)
+        pd.DataFrame(rows).to_csv(args.record, index=False)   # as doc_tables.record writes its files
         print(f"{args.record}: {len(rows)} rows")
     return 0
 
