@@ -28,6 +28,11 @@ infinitely fast: the agent reads every queue exactly each interval and reacts in
 time. On a real clock its reaction is the interval plus its wake-up delay; the report
 gives the intervals achieved.
 
+Quiet periods cost nothing: once every queue has been empty for a frame's time, the
+agent stops reading and sleeps until a frame enters any switch port (a packet socket
+on all of them, its filter opened only then), and reads at once when one does. A
+block waiting out a 200 ms retransmission timeout is a sleep, not 64500 reads.
+
 Config: a JSON file (see incast.dataplane.linux.flow_control_config). Prints READY
 when every socket is open; on SIGINT or SIGTERM, one JSON line of statistics.
 Standard library only.
@@ -35,6 +40,7 @@ Standard library only.
 import argparse
 import ctypes
 import json
+import os
 import select
 import signal
 import socket
@@ -50,6 +56,7 @@ SOL_PACKET = 263
 PACKET_QDISC_BYPASS = 20
 PACKET_IGNORE_OUTGOING = 23
 SO_ATTACH_FILTER = 26
+SWITCH_PRIORITY = 50       # SCHED_FIFO: ahead of every host process (SCHED_OTHER)
 
 from rtnl import NLM_F_REQUEST, NLMSG_ERROR, NLMSGHDR, RTATTR, RTM_NEWQDISC, TCMSG, qdisc_stats  # noqa: E402
 
@@ -102,9 +109,36 @@ def mac_control_filter():
             (0x15, 0, 1, ETH_P_MAC_CONTROL),      # jeq #0x8808, keep, drop
             (0x06, 0, 0, 0xFFFF),                 # ret #65535
             (0x06, 0, 0, 0)]                      # ret #0
+    return _filter(prog)
+
+
+def _filter(prog):
+    """A sock_fprog for SO_ATTACH_FILTER, with the buffer it points into (keep both)."""
     code = b"".join(struct.pack("HBBI", *ins) for ins in prog)
     buf = ctypes.create_string_buffer(code)
     return buf, struct.pack("HL", len(prog), ctypes.addressof(buf))
+
+
+class Doorbell:
+    """Rings when a frame enters any port of the namespace's switches: one packet socket
+    on every interface, inbound frames only, whose filter takes nothing while the agent
+    reads on its grid and the first byte of every frame while it sleeps."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        self.sock.setblocking(False)
+        self._filters = {on: _filter([(0x06, 0, 0, 1 if on else 0)]) for on in (True, False)}
+        self.listen(False)
+
+    def listen(self, on: bool):
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, self._filters[on][1])
+        if not on:
+            while True:                  # what rang before the filter closed
+                try:
+                    self.sock.recv(1)
+                except BlockingIOError:
+                    return
 
 
 class Gate:
@@ -170,6 +204,14 @@ class Agent:
         self.congested = {}        # (ifindex, class) -> above XOFF, not yet back at XON
         self.polls = 0
         self.gaps_us = []
+        self.last_poll = None
+        self.xoff_lag_s = 0.0      # the longest a queue may have been above XOFF unseen
+        self.quiet = False         # the last read found every queue empty
+        self.doorbell = Doorbell()
+        self.sleeps = 0
+        self.slept_s = 0.0
+        self.woke = False          # woken by the doorbell, no XOFF seen since
+        self.woke_to_xoff = 0      # wakes whose traffic went on to cross XOFF
 
     # -- obeying ---------------------------------------------------------------------
     def receive(self, port, now):
@@ -250,6 +292,8 @@ class Agent:
     # -- sending ---------------------------------------------------------------------
     def poll(self, now):
         backlog = self.nl.backlogs()
+        self.quiet = not any(backlog.get((port.ifindex, self.leaf_base + c), 0)
+                             for port in self.ports for c in range(self.classes))
         # Each class queue has its own XOFF/XON (a partition of the port's buffer): with
         # 802.3x any congested class pauses the whole port's senders, with PFC its class.
         for port in self.ports:
@@ -258,6 +302,13 @@ class Agent:
                 key = (port.ifindex, c)
                 was = self.congested.get(key, False)
                 self.congested[key] = b > self.xoff[c] if not was else b > self.xon[c]
+                if self.congested[key] and not was:
+                    # It passed XOFF since the last read: that long, at most, before this one.
+                    if self.last_poll is not None:
+                        self.xoff_lag_s = max(self.xoff_lag_s, now - self.last_poll)
+                    self.woke_to_xoff += self.woke
+                    self.woke = False
+        self.last_poll = now
         # Congested ports per (switch, class): a port is asked to pause for a class
         # when some other port of its switch is congested in it.
         count = {}
@@ -286,13 +337,19 @@ class Agent:
     # -- the loop --------------------------------------------------------------------
     def run(self, stop):
         interval = self.cfg["interval_us"] / 1e6
+        # Reads in a row that found every queue empty before the agent sleeps: a
+        # frame's time, so that a flow's gaps between frames do not toggle it.
+        quiet_reads = max(1, round(self.cfg.get("frame_us", 0) / self.cfg["interval_us"]))
         fds = list(self.by_fd)
+        bell = self.doorbell.sock.fileno()
         last_poll = None
         next_poll = time.monotonic()
+        quiet_for = 0
+        asleep_since = None
         print("READY", flush=True)
         while not stop:
             now = time.monotonic()
-            if now >= next_poll:
+            if asleep_since is None and now >= next_poll:
                 if last_poll is not None:
                     self.gaps_us.append((now - last_poll) * 1e6)
                 last_poll = now
@@ -301,12 +358,40 @@ class Agent:
                 next_poll += interval
                 if next_poll < now:
                     next_poll = now + interval      # behind: no burst of catch-up polls
-            deadline = min(next_poll, self.timers(now))
+                quiet_for = quiet_for + 1 if self.quiet else 0
+                if quiet_for >= quiet_reads:
+                    # Open the doorbell, then read once more: a frame that came in
+                    # between is either in that read or rings the bell.
+                    self.doorbell.listen(True)
+                    self.poll(time.monotonic())
+                    self.polls += 1
+                    if self.quiet:
+                        asleep_since = time.monotonic()
+                        self.sleeps += 1
+                        self.woke = False
+                    else:
+                        self.doorbell.listen(False)
+                    quiet_for = 0
+            deadline = self.timers(now)
+            if asleep_since is None:
+                deadline = min(deadline, next_poll)
             # select: its timeout has microseconds (poll's and epoll's are milliseconds).
-            ready, _, _ = select.select(fds, [], [], max(0.0, deadline - time.monotonic()))
+            timeout = None if deadline == float("inf") else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select(fds + [bell] if asleep_since is not None else fds, [], [], timeout)
             now = time.monotonic()
+            if bell in ready:
+                # A frame entered a switch: read at once, and on the grid from here.
+                self.doorbell.listen(False)
+                self.slept_s += now - asleep_since
+                asleep_since = None
+                self.woke = True
+                last_poll = self.last_poll = now     # nothing was queued until the bell rang
+                next_poll = now
+                ready.remove(bell)
             for fd in ready:
                 self.receive(self.by_fd[fd], now)
+        if asleep_since is not None:
+            self.slept_s += time.monotonic() - asleep_since
         now = time.monotonic()
         for port in self.ports:
             for gate in port.gates:
@@ -321,6 +406,8 @@ class Agent:
             return round(gaps[min(len(gaps) - 1, int(p / 100 * len(gaps)))], 1) if gaps else None
 
         return {"polls": self.polls, "poll_gap_us_p50": pct(50), "poll_gap_us_p99": pct(99),
+                "sleeps": self.sleeps, "slept_ms": round(self.slept_s * 1000, 3), "woke_to_xoff": self.woke_to_xoff,
+                "xoff_lag_us_max": round(self.xoff_lag_s * 1e6, 1),
                 "poll_gap_us_max": round(gaps[-1], 1) if gaps else None,
                 "ports": [{"switch": p.switch, "port": p.dev, "peer": p.peer, **p.stats,
                            "held_ms": [round(g.held_s * 1000, 3) for g in p.gates]} for p in self.ports]}
@@ -332,6 +419,12 @@ def main():
     cfg = json.load(open(ap.parse_args().config))
     # Wake on the poll grid (the default timer slack would add up to 50 us).
     ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)     # PR_SET_TIMERSLACK
+    # The switch is hardware of its own: its reads must not wait behind the hosts'
+    # processes on the guest's one CPU (each of whose clock reads moves virtual time).
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(SWITCH_PRIORITY))
+    except OSError:
+        pass        # not permitted: the report's gaps say how late reads came
     stop = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda s, f: stop.append(s))

@@ -33,6 +33,9 @@ class DataPlaneEntry:
     multi_switch: bool = False      # forwards across several switches (topologies beyond star)
     max_ports: int = 0              # ports a switch takes
     tools: str = ""                 # what it needs beyond the set-up's base (the figure catalog says it)
+    # Files outside the package its runs execute (globs from the checkout's top): they
+    # date its points in the point store (incast.run.points), and only its own.
+    sources: tuple[str, ...] = ()
     # Frames a paced switch port may send back to back after idling (its token bucket):
     # the link monitor leaves that many out of each backlogged stretch.
     port_burst_frames: int = 1
@@ -75,7 +78,8 @@ DATAPLANES: dict[str, DataPlaneEntry] = {
                           pause=True, pfc=True, pause_rx=True, shared_buffer=True, packet_buffers=False,
                           host_tx_checksum=True, telemetry_sampling=True, ecn=True,
                           max_ports=48,   # its largest model (incast.dataplane.rtl.SIZES)
-                          tools="Verilator (the switch's RTL model)"),
+                          tools="Verilator (the switch's RTL model)",
+                          sources=("rtl/src/*.sv", "rtl/verilator.f", "rtl/harness/*.cpp", "rtl/harness/Makefile")),
 }
 
 WORKLOADS: dict[str, WorkloadEntry] = {

@@ -266,7 +266,7 @@ class Pause(_Model):
     # --set pause=false compares a scenario with its flow control off).
     pfc: bool = Field(False, description="per-priority (802.1Qbb): a class queue above its XOFF pauses that class only")
     interval: TimeUs | None = Field(None, gt=0, description="linux data plane: how often the switches read "
-                                    "their queues (default: one full frame's time at the link rate)")
+                                    "their queues (default: a quarter of a full frame's time at the link rate)")
     watchdog: Watchdog | None = None
     storm: Storm | None = None
 

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))   # this checkout's incast, installed or not
 
 
 def incast(*args):
@@ -181,8 +182,16 @@ def virtual_phases(tmp, senders_list, server_process="shared", record=None):
 
 
 def record_phases(rows, path):
-    """Keep the table as the documentation draws it (docs/results/, incast.report.doc_tables):
-    one row per sender count, with this command and the commit the code was at."""
+    """Step 7's table as the documentation draws it: one row per sender count."""
+    keep([{"senders": r["senders"], "host_s": r["host_s"], "build_s": r["build"],
+           "measured_s": r["measured"], "stop_s": r["stop"],
+           "host_s_per_virtual_s": r["host_s_per_virtual_s"],
+           "host_us_per_packet": r["host_us_per_packet"]} for r in rows], path)
+
+
+def keep(rows, path):
+    """Keep a step's table as the documentation draws it (docs/results/,
+    incast.report.doc_tables), each row with this command and the commit the code was at."""
     import pandas as pd
     from incast.errors import BadInput
     from incast.report.doc_tables import code_commit
@@ -196,12 +205,8 @@ def record_phases(rows, path):
         if not skip and not a.startswith("--record"):
             argv.append(a)
         skip = a == "--record"
-    command = "scripts/benchmark.py " + " ".join(argv)
-    table = pd.DataFrame([{"senders": r["senders"], "host_s": r["host_s"], "build_s": r["build"],
-                           "measured_s": r["measured"], "stop_s": r["stop"],
-                           "host_s_per_virtual_s": r["host_s_per_virtual_s"],
-                           "host_us_per_packet": r["host_us_per_packet"]} for r in rows])
-    table["command"], table["commit"] = command, commit
+    table = pd.DataFrame(rows)
+    table["command"], table["commit"] = "scripts/benchmark.py " + " ".join(argv), commit
     table.to_csv(path, index=False, float_format="%.1f")
     print(f"  recorded in {path}; python -m incast.report.doc_tables redraws the pages")
 
@@ -213,14 +218,17 @@ def figure1(tmp, jobs):
     print(f"  FAILED: {err}" if err else f"  wall time {wall:.0f} s -> {out}/figure.png")
 
 
-def rtl_speed(tmp, sizes=(4, 16, 48), cycles=1_000_000):
+def rtl_speed(tmp, sizes=(4, 16, 48), cycles=1_000_000, record=None):
     """The Verilator model's own speed, no I/O: what a virtual-time run pays per
-    simulated cycle (1 Gbit/s ports: 125 million cycles a second of link time)."""
+    simulated cycle (1 Gbit/s ports: 125 million cycles a second of link time). Each
+    size is built with a buffer for 64 KiB a port, as SIGCOMM'09 Figure 1's testbed
+    (the three-switches figures) runs it."""
     print("== 9. the RTL switch's model: cycles and frames per host second")
     from incast.dataplane import rtl
+    rows = []
     for n in sizes:
         try:
-            exe = rtl.build_model(n, 12)
+            exe = rtl.build_model(n, rtl.cell_bits(n, 64 * 1024))
         except Exception as e:   # noqa: BLE001 (a benchmark reports, never stops)
             print(f"  {n} ports: not built: {e}")
             continue
@@ -232,6 +240,10 @@ def rtl_speed(tmp, sizes=(4, 16, 48), cycles=1_000_000):
         print(f"  {n} ports: {b['cycles_per_s']:.0f} cycles/s ({b['cycles_per_s'] / 125e6 * 1e3:.2f} ms of "
               f"1 Gbit/s link time per host second), {b['frames_in_per_s']:.0f} frames in/s, "
               f"{b['frames_out_per_s']:.0f} frames out/s")
+        rows.append({"ports": n, "cw": rtl.SIZES[n], "cycles": b["cycles"], "cycles_per_s": b["cycles_per_s"],
+                     "frames_in_per_s": b["frames_in_per_s"]})
+    if rows and record:
+        keep(rows, record)
 
 
 def main():
@@ -243,7 +255,8 @@ def main():
                     help="7: virtual-time runs at these sender counts (e.g. 1,47,128,512,1020)")
     ap.add_argument("--jobs", type=int, default=2, help="8: points at once")
     ap.add_argument("--record", metavar="CSV",
-                    help="7: keep the table for the documentation (e.g. docs/results/virtual-time-phases.csv)")
+                    help="7, 9: keep the table for the documentation (e.g. docs/results/virtual-time-phases.csv, "
+                         "docs/results/rtl-speed.csv)")
     ap.add_argument("--server-process", default="shared", choices=["shared", "per-server"],
                     help="7: one server process for all servers (as the virtual-time figures run), or one each")
     args = ap.parse_args()
@@ -253,7 +266,8 @@ def main():
                  "bmv2": bmv2_pps, "calibrate": calibration,
                  "phases": lambda tmp: virtual_phases(tmp, [int(n) for n in args.senders_list.split(",")],
                                                       args.server_process, args.record),
-                 "figure1": lambda tmp: figure1(tmp, args.jobs), "rtl": rtl_speed}
+                 "figure1": lambda tmp: figure1(tmp, args.jobs),
+                 "rtl": lambda tmp: rtl_speed(tmp, record=args.record)}
         for name, step in steps.items():
             if args.only and name != args.only:
                 continue

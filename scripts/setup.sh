@@ -22,6 +22,10 @@ done
 
 [ "$(id -u)" = 0 ] || { echo "setup: run as root" >&2; exit 2; }
 
+# How long each step took (a first set-up takes minutes; say where they went).
+step_start=$SECONDS
+took() { echo "setup: $1 took $((SECONDS - step_start)) s"; step_start=$SECONDS; }
+
 apt_packages=(
   ca-certificates util-linux mininet iproute2 ethtool bridge-utils iputils-ping net-tools procps psmisc kmod
   bpftrace tcpdump memcached chromium
@@ -38,6 +42,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  took "Debian packages"
 fi
 
 if [ "$with_p4" = 1 ]; then
@@ -66,6 +71,7 @@ fi
 ln -sf "$venv/bin/incast" /usr/local/bin/incast
 # The compiled queue-telemetry recorder (libbpf); without it telemetry uses bpftrace.
 "$here/scripts/build-bpf.sh" || echo "setup: telemetry recorder not built; telemetry will use bpftrace" >&2
+took "Python environment and telemetry recorder"
 
 # The User-Mode Linux kernels (incast run --clock virtual): a lean configuration,
 # cached under /var/cache/incast/kernels by the hash of their inputs, so this is
@@ -94,6 +100,7 @@ if [ "$with_kernels" = 1 ]; then
          "6 to 18 minutes on 2 cores (idle or busy), then cached"
     if "$here/kernels/build.sh" --uml --normal-priority >/dev/null; then
       echo "setup: UML kernels built ($("$here/kernels/build.sh" --uml --print-dir))"
+      took "UML kernels"
     else
       echo "setup: WARNING: the UML kernels did not build (see the lines above);" \
            "everything but virtual time (--clock virtual) works, and its tests skip." \

@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${INCAST_VENV:-/opt/incast/venv}
-exec "$venv/bin/python" -m pytest -ra "$@"
+exec "$venv/bin/python" -m pytest -ra --durations=30 "$@"

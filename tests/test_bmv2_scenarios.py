@@ -49,7 +49,10 @@ def test_bmv2_collapse_with_200ms_rto(measure):
     # Measured: one server 8.9 Mbit/s; eight servers 2.7-5.8 Mbit/s over 20 blocks.
     assert one["goodput_mbps"] > 0.8 * one["link_mbps"], one
     assert many["goodput_mbps"] < 0.65 * one["goodput_mbps"], (one, many)
-    assert many["timeouts"] > 0 and many["bottleneck_drops"] > 0, many
+    # Some block waited out the 200 ms RTOmin. The kernel counts that wait as a timeout
+    # or, where a fragment's last segment was lost, as a tail loss probe armed no earlier
+    # than the RTO (see test_bmv2_collapse_is_explained): TCPTimeouts alone may be 0.
+    assert many["block_ms_max"] >= many["rto_min_us"] / 1000 and many["bottleneck_drops"] > 0, many
     # The program's buffer is the only place packets are lost: no second queue (a
     # qdisc on the switch's ports, the kernel's input backlog) drops what TCP resends.
     # Retransmits exceed drops only by tail-loss probes (measured: equal).

@@ -57,6 +57,25 @@ def test_the_code_version_changes_with_the_code(tmp_path, monkeypatch):
     assert points.code_version() == before
 
 
+def test_a_change_to_the_rtl_switch_dates_rtl_points_only(monkeypatch):
+    """The RTL switch's sources are outside the package: they date the points of runs on
+    the rtl data plane (a changed model may forward differently), and no others."""
+    linux = scn.build({}, {"senders": "4"})
+    rtl = scn.build({}, {"senders": "4", "dataplane": "rtl"})
+    before = points.point_key(linux), points.point_key(rtl)
+    sv = REPO / "rtl" / "src" / "sync_fifo.sv"
+    text = sv.read_bytes()
+    try:
+        sv.write_bytes(text + b"// a change\n")
+        points.code_version.cache_clear()
+        after = points.point_key(linux), points.point_key(rtl)
+    finally:
+        sv.write_bytes(text)
+        points.code_version.cache_clear()
+    assert after[0] == before[0] and after[1] != before[1]
+    assert (points.point_key(linux), points.point_key(rtl)) == before
+
+
 # --- bad input -------------------------------------------------------------------------
 def test_jobs_on_real_time_points_is_refused_without_force(tmp_path):
     r = incast_cmd("sweep", "--grid", "senders=1,2", *SMALL, "--jobs", "2", "--out", tmp_path / "s")

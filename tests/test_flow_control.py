@@ -155,3 +155,49 @@ def test_pause_headroom_follows_senders_rate_and_reaction(senders, reaction_us, 
     assert room == 32 * 1024 - s.switch.port_pause_thresholds(1500, senders)[0]
     assert (needed <= room) is holds, (room, needed)
     assert needed >= senders * 2 * 1514
+
+
+@pytest.mark.parametrize("gap_us, faithful", [
+    (3.1, True),          # the default grid, a quarter of a frame's time at 1 Gbit/s
+    (12.3, False),        # a frame's time: with the hosts' 0.3 us, 61 B more a sender (163 drops measured)
+    (97.8, False),        # 12 KB more a sender
+])
+def test_a_switch_that_reads_its_queues_late_is_not_faithful(gap_us, faithful):
+    """The linux data plane's switches read their queues on a grid: a read later than the
+    buffer above XOFF allows lets in what a switch checking every enqueue would have
+    held back, and the run says so as bmv2's does (a fidelity reason)."""
+    from incast.clock import VIRTUAL
+    from incast.measure import fidelity
+    from incast.network.flow_control import headroom_bytes, switch_detection_lag
+    from incast.scenario import build
+    s = build({"switch": {"pause": {"enabled": True}}, "topology": {"senders": 8}, "link": {"rate": "1Gbit"}})
+    summary = {"switch_pause_xoff_lag_us_max": gap_us, "pause_reaction_worst_us": 0.3}
+    late = switch_detection_lag(summary, s, headroom_bytes(s))
+    assert (late is None) is faithful, late
+    if late:
+        assert f"up to {gap_us:.1f} us after the read before" in late
+        verdict = fidelity.assess([], None, {}, 0, [late], False, measured_ms=1000, clock=VIRTUAL)
+        assert verdict["reasons"] == ["PAUSE could not keep this switch lossless"], verdict
+
+
+@needs("uml-stock")
+def test_the_switch_sleeps_through_quiet_time_and_wakes_for_each_burst(tmp_path, no_leftovers):
+    """hosts/switch_pause.py stops reading the queues once they are empty and sleeps
+    until a frame enters a switch port. FAST'08's 32 KB port with PAUSE at 16 servers
+    (more than its headroom holds: drops, 200 ms timeouts): the timeouts are slept
+    through, and every block's burst, arriving at a sleeping switch, is still seen
+    crossing XOFF."""
+    blocks = 3
+    s = run_json("scenarios/fast08-collapse.toml", "--testbed", "fast08-procurve", "--clock", "virtual",
+                 "--kernel", "stock", "--link-rate", "1Gbit", "--set", "switch.pause.enabled=true",
+                 "--set", "workload.server_process=shared", "--senders", "16", "--blocks", str(blocks),
+                 "--out", tmp_path / "r")
+    assert s["timeouts"] >= 1, s["timeouts"]
+    # A timeout's 200 ms, at least, asleep; on the grid that were 64500 reads.
+    assert s["switch_pause_slept_ms"] >= 200, s["switch_pause_slept_ms"]
+    # Each block (the warm-up's too) starts at a sleeping switch, and so does each
+    # retransmission after a timeout; their bursts cross XOFF and the doorbell woke the
+    # switch for them (measured: 19 such wakes in 3 blocks and the warm-up, 1540 ms
+    # asleep; with 5 blocks 77522 reads and 78 host seconds, where reading on the grid
+    # throughout took 836192 and 568).
+    assert s["switch_pause_woke_to_xoff"] >= blocks, s["switch_pause_woke_to_xoff"]

@@ -81,3 +81,35 @@ def test_the_output_port_stays_busy_under_incast(senders):
     out = json.loads(r.stdout)
     assert out["received"] == out["sent"] == 6 * senders and out["dropped"] == 0, out
     assert out["span"] == out["ideal_span"] and out["utilization"] >= 0.9999, out
+
+
+def test_every_command_is_answered_when_the_client_reads_late(tmp_path):
+    """The control socket: a client that sends thousands of commands before it reads an
+    answer (more answers than a socket holds) gets every one, in order. (A harness that
+    wrote its answers as they came dropped those its socket had no room for, and the
+    client waited for them until its timeout.)"""
+    import socket
+    from incast.dataplane import rtl
+    exe = rtl.build_model(4, rtl.cell_bits(4, 8192))
+    path = tmp_path / "ctl"
+    proc = subprocess.Popen([str(exe), "--control", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == b"ready"
+        n = 20000
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(60)
+            s.connect(str(path))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # the harness's writes fill it soon
+            s.sendall(b"".join(b"w 0x%x %d\nnow\n" % (0x1000, i) for i in range(n // 2)))
+            got = b""
+            NL = b"\n"
+            while got.count(NL) < n:
+                chunk = s.recv(1 << 16)
+                assert chunk, f"the harness closed after {got.count(NL)} of {n} answers"
+                got += chunk
+        lines = got.decode().split()
+        assert len(lines) == n and lines[0::2] == ["ok"] * (n // 2), lines[:6]
+        assert all(x.isdigit() for x in lines[1::2])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

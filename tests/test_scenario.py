@@ -230,7 +230,7 @@ def test_flow_control_thresholds_are_each_class_queues():
     # A 32 KiB class queue: XOFF leaves two frames per sender of headroom, but is at
     # least an eighth of it and at most half; XON a quarter of XOFF.
     assert cfg["xoff"] == [32768 - 2 * 1514 * 8] * 2 and cfg["xon"] == [(32768 - 2 * 1514 * 8) // 4] * 2
-    assert abs(cfg["interval_us"] - 1538 * 8 / 1000) < 1e-9     # one full frame at 1 Gbit/s
+    assert abs(cfg["interval_us"] - 1538 * 8 / 1000 / 4) < 1e-9     # a quarter of a full frame at 1 Gbit/s
     leaves = [ln for ln in port_tc_commands("p1", s) if "parent 1:1" in ln and "handle 1" in ln]
     assert any("plug limit 32768" in ln for ln in leaves)
     assert any("plug release_indefinite" in ln for ln in leaves)

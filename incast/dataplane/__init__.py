@@ -31,6 +31,11 @@ def port_rate(port: Port, scenario) -> int:
     return scenario.port_rate(port.trunk)
 
 
+def far_end(intf):
+    """The interface at the other end of a Mininet interface's link."""
+    return intf.link.intf2 if intf.link.intf1 is intf else intf.link.intf1
+
+
 def switch_ports(net) -> list[Port]:
     """Every switch port of a started Mininet network, with the node at its far end."""
     from incast.machine.netdev import ifindexes
@@ -40,7 +45,7 @@ def switch_ports(net) -> list[Port]:
         for intf, number in sorted(sw.ports.items(), key=lambda kv: kv[1]):
             if intf.name == "lo" or intf.link is None:
                 continue
-            other = intf.link.intf2 if intf.link.intf1 is intf else intf.link.intf1
+            other = far_end(intf)
             ports.append(Port(switch=sw.name, name=intf.name, number=number,
                               peer=other.node.name, ifindex=index[intf.name],
                               trunk=other.node in net.switches))

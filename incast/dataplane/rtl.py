@@ -75,8 +75,10 @@ def model_dir(nports: int, cell_aw: int) -> Path:
 
 def build_model(nports: int, cell_aw: int) -> Path:
     """The harness binary for this size, built once (a minute or more on two cores)."""
+    from incast.registry import DATAPLANES
     exe = model_dir(nports, cell_aw) / "incast_switch_sim"
-    sources = list((REPO / "rtl" / "src").glob("*.sv")) + [REPO / "rtl" / "harness" / n for n in ("harness.cpp", "Makefile")]
+    # the model's inputs: the files that also date rtl points in the point store
+    sources = [f for g in DATAPLANES["rtl"].sources for f in REPO.glob(g)]
     if exe.is_file() and exe.stat().st_mtime >= max(p.stat().st_mtime for p in sources):
         return exe
     if shutil.which("verilator") is None:
@@ -110,18 +112,26 @@ class Control:
         self.buf = b""
         self.lock = threading.Lock()
 
+    # Commands sent before their answers are read. The harness writes an answer per
+    # command, and a Unix socket counts each small write as a whole buffer: hundreds
+    # of unread answers (a 48-port switch's configuration is about 500 writes) fill
+    # its send buffer, and the harness then stops answering.
+    BATCH = 64
+
     def _call(self, lines: list[str]) -> list[str]:
+        out = []
         with self.lock:
-            self.sock.sendall(("\n".join(lines) + "\n").encode())
-            out = []
-            while len(out) < len(lines):
-                while b"\n" not in self.buf:
-                    chunk = self.sock.recv(1 << 16)
-                    if not chunk:
-                        raise RuntimeError("the rtl switch closed its control socket")
-                    self.buf += chunk
-                line, self.buf = self.buf.split(b"\n", 1)
-                out.append(line.decode())
+            for i in range(0, len(lines), self.BATCH):
+                batch = lines[i:i + self.BATCH]
+                self.sock.sendall(("\n".join(batch) + "\n").encode())
+                for _ in batch:
+                    while b"\n" not in self.buf:
+                        chunk = self.sock.recv(1 << 16)
+                        if not chunk:
+                            raise RuntimeError("the rtl switch closed its control socket")
+                        self.buf += chunk
+                    line, self.buf = self.buf.split(b"\n", 1)
+                    out.append(line.decode())
         bad = [x for x in out if x == "error"]
         if bad:
             raise RuntimeError(f"the rtl switch refused {len(bad)} of {len(lines)} commands")

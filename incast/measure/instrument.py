@@ -52,7 +52,8 @@ class Readings:
         self.tables.update(other.tables)
         self.summary.update(other.summary)
         self.messages += other.messages
-        self.facts.update(other.facts)
+        for k, v in other.facts.items():     # lists (warnings) from several instruments add up
+            self.facts[k] = self.facts[k] + v if isinstance(v, list) and isinstance(self.facts.get(k), list) else v
 
 
 class Instrument:

@@ -73,7 +73,7 @@ class FlowControl(Instrument):
             if f"{edge}_ns" in pause and b.t0_ns is not None:
                 pause[f"{edge}_us"] = round((pause.pop(f"{edge}_ns") - b.t0_ns) / 1000, 1)
         summary = pause_summary(scenario, pause)
-        messages = []
+        messages, lag = [], []
         room, needed = summary["pause_headroom_bytes"], summary["pause_headroom_needed_bytes"]
         if room is not None and needed > room:
             messages.append(
@@ -81,8 +81,11 @@ class FlowControl(Instrument):
                 f"{needed} B can still arrive after it ({scenario.topology.senders} senders, each "
                 "with the frames on their way and what it sends during the slowest reaction this run "
                 "measured); give switch.buffer more room or switch.pause.xoff less")
+        elif room is not None and (late := switch_detection_lag(summary, scenario, room)):
+            lag.append(late)
+            messages.append(late)
         return Readings(tables={"pause_ports.parquet": ports} if ports is not None else {},
-                        summary=summary, messages=messages)
+                        summary=summary, messages=messages, facts={"dataplane_warnings": lag})
 
 
 def host_classes(scenario, hosts, servers, dscps) -> dict[str, set[int]]:
@@ -151,6 +154,28 @@ def headroom_needed(scenario, reaction_us: float) -> int:
     return scenario.topology.senders * per_sender
 
 
+def switch_detection_lag(summary: dict, scenario, room: int) -> str | None:
+    """A warning where the switch learned of its queues too late for the buffer above
+    XOFF, else None. A switch checks XOFF at every enqueue; the linux data plane's
+    switches read their queues on a grid (hosts/switch_pause.py), and each sender keeps
+    sending while a read is due. The slowest read this run measured counts as the
+    hosts' reaction does: where the hosts alone fit in the room and the two together do
+    not, the drops beyond are the emulator's, not the switch's (the 802.3x thresholds
+    leave room for the frames on their way and one frame's time, no more)."""
+    # The read that saw a queue above XOFF, the longest after the one before: a late
+    # read while no queue was near XOFF (between blocks) costs nothing.
+    gap = summary.get("switch_pause_xoff_lag_us_max")
+    if not gap:
+        return None
+    needed = headroom_needed(scenario, (summary.get("pause_reaction_worst_us") or 0.0) + gap)
+    if needed <= room:
+        return None
+    return (f"warning: PAUSE could not keep this switch lossless: it saw a queue above XOFF up to "
+            f"{gap:.1f} us after the read before, and with that {needed} B can arrive after a port passes XOFF where the buffer above "
+            f"it holds {room} B; frames beyond are dropped by the emulator's lag, not by the switch "
+            "(a switch checks XOFF at every enqueue; switch.pause.interval shorter, or dataplane = bmv2)")
+
+
 def headroom_us(scenario) -> float | None:
     """With PAUSE (or PFC) on: how long the buffer above XOFF takes every server's
     frames at the link rate, the smallest over the queues PAUSE watches. A switch that
@@ -173,6 +198,7 @@ def pause_summary(scenario, pause: dict) -> dict:
             "paused_ms": round(pause["paused_ms"], 3),
             "pause_reaction_us_p50": float(np.median(reactions)) if reactions else None,
             "pause_reaction_us_p99": float(np.percentile(reactions, 99)) if reactions else None,
+            "pause_reaction_worst_us": worst,
             **dict(zip(("pause_xoff_bytes", "pause_xon_bytes"), scenario.switch.port_pause_thresholds(
                 scenario.link.mtu, scenario.topology.senders))),
             **pause}

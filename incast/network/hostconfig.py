@@ -181,12 +181,14 @@ def nic_bucket(rate: int, mtu: int, exact_timers: bool = False) -> tuple[int, in
     TBF rather than HTB because a PAUSE must stop and restart it: changing a TBF
     refills its bucket, while an HTB class keeps the token debt of whatever it sent
     at the paused rate and would stay silent long after the PAUSE ends. With exact
-    timers (virtual time) the bucket holds two frames: the NIC never sends more than
-    two back to back, and makes up the fraction of a microsecond a wake-up can still be
-    late there (UML charges each clock read, 256 ns then; with one frame, measured: 905.5
-    instead of 941.6 Mbit/s for one sender at 1 Gbit/s)."""
+    timers (virtual time) the bucket holds a frame and a half: the half makes up the
+    fraction of a microsecond a wake-up can still be late there (one sender at 1 Gbit/s,
+    measured: 905.5 Mbit/s with one frame, 941.6 with one and a half), and the NIC never
+    sends two full frames at once, as no NIC does. (A bucket of two frames did: the veth
+    delivered both at one instant, and when a PAUSE ended FAST'08's 8 servers put 16
+    frames into the 32 KB port at once, more than 802.3x's headroom holds.)"""
     frame = mtu + ETH_HLEN
-    slack = frame if exact_timers else min(int(rate * NIC_TIMER_SLACK_US / 8e6), NIC_SLACK_FRAMES_MAX * frame)
+    slack = frame // 2 if exact_timers else min(int(rate * NIC_TIMER_SLACK_US / 8e6), NIC_SLACK_FRAMES_MAX * frame)
     return frame + slack, nic_queue_bytes(mtu)
 
 

@@ -149,12 +149,12 @@ def code_commit() -> str:
     """HEAD's short hash; refused while a file a run executes differs from it (then no
     commit names the code that ran). Other changes (documentation, tests) do not matter."""
     import subprocess
-    from incast.run.points import CODE_GLOBS, NOT_RUN
+    from incast.run.points import CODE_GLOBS, plane_globs, run_files
     git = ["git", "-C", str(REPO)]
     changed = subprocess.run([*git, "diff", "--name-only", "HEAD"], capture_output=True,
                              text=True).stdout.split()
-    run_files = {str(f.relative_to(REPO)) for g in CODE_GLOBS for f in REPO.glob(g)}
-    code = [f for f in changed if f in run_files and not f.startswith(NOT_RUN)]
+    executed = {str(f.relative_to(REPO)) for f in run_files(CODE_GLOBS + plane_globs())}
+    code = [f for f in changed if f in executed]
     if code:
         raise BadInput(f"{', '.join(code)}: changed since the last commit; commit, then record "
                        "(a row names the commit its code was at)")

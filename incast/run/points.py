@@ -6,7 +6,8 @@ A point's key hashes everything that decides its result:
 * the resolved scenario (``to_toml``: canonical units, the seed included),
 * the code's version (a hash of the package, the host programs, the topologies, the
   P4 program and the kernel patches: the files a run executes; not incast/report/,
-  which only reads results),
+  which only reads results), and that of the files its data plane adds (the RTL
+  switch's sources for dataplane rtl: a change there dates rtl points only),
 * the kernel it runs on: for a guest, the kernels/build.sh key of its variant (every
   input of the build); for this machine's kernel, its release and build string.
 
@@ -42,11 +43,27 @@ CODE_GLOBS = ("incast/**/*.py", "incast/**/*.sh", "incast/bpf/*.c", "incast/bpf/
 NOT_RUN = ("incast/report/", "incast/labs.py")
 
 
-@lru_cache(maxsize=1)
-def code_version() -> str:
+def run_files(globs=CODE_GLOBS) -> list[Path]:
+    """The files of `globs` a run executes (sorted)."""
+    return sorted({p for g in globs for p in REPO.glob(g)
+                   if p.is_file() and not str(p.relative_to(REPO)).startswith(NOT_RUN)})
+
+
+def plane_globs() -> tuple[str, ...]:
+    """Every data plane's own sources (registry: DataPlaneEntry.sources)."""
+    from incast.registry import DATAPLANES
+    return tuple(g for e in DATAPLANES.values() for g in e.sources)
+
+
+@lru_cache(maxsize=8)
+def code_version(dataplane: str | None = None) -> str:
+    """The hash of what a run executes: the common files, and with `dataplane` that
+    plane's own sources too."""
+    from incast.registry import DATAPLANES
     h = hashlib.sha256()
-    files = sorted({p for g in CODE_GLOBS for p in REPO.glob(g)
-                    if p.is_file() and not str(p.relative_to(REPO)).startswith(NOT_RUN)})
+    files = run_files()
+    if dataplane is not None and DATAPLANES[dataplane].sources:
+        files += run_files(DATAPLANES[dataplane].sources)
     for p in files:
         h.update(str(p.relative_to(REPO)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]
@@ -67,7 +84,7 @@ def kernel_key(kernel: str, clock: str) -> str:
 
 def point_key(scenario: Scenario) -> str:
     h = hashlib.sha256()
-    for part in (to_toml(scenario), code_version(), kernel_key(scenario.kernel, scenario.clock)):
+    for part in (to_toml(scenario), code_version(scenario.dataplane), kernel_key(scenario.kernel, scenario.clock)):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:20]
 

@@ -513,8 +513,20 @@ int main(int argc, char** argv) {
     int tel_fd = tel_if.empty() ? -1 : open_port(tel_if);
 
     int listen_fd = -1;
-    std::vector<int> clients;
-    std::vector<std::string> client_buf;
+    // A control client: the commands it sent that are not yet whole lines, and the
+    // answers it has not yet taken (its socket full: they wait, in order, for POLLOUT;
+    // an answer dropped would leave the client waiting for it for ever).
+    struct Client { int fd; std::string in, out; };
+    std::vector<Client> clients;
+    auto flush = [](Client& c) {
+        while (!c.out.empty()) {
+            ssize_t n = write(c.fd, c.out.data(), c.out.size());
+            if (n <= 0) return n == 0 || errno == EAGAIN || errno == EINTR;
+            c.out.erase(0, size_t(n));
+        }
+        return true;
+    };
+    auto client_events = [](const Client& c) { return short(POLLIN | (c.out.empty() ? 0 : POLLOUT)); };
     if (!control_path.empty()) {
         listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
         sockaddr_un sun{};
@@ -581,11 +593,16 @@ int main(int argc, char** argv) {
         for (int fd : fds) if (fd >= 0) ready.push_back({fd, POLLIN, 0});
         if (tel_fd >= 0) ready.push_back({tel_fd, POLLIN, 0});
         if (listen_fd >= 0) ready.push_back({listen_fd, POLLIN, 0});
-        for (int c : clients) ready.push_back({c, POLLIN, 0});
+        for (auto& c : clients) ready.push_back({c.fd, client_events(c), 0});
         bool any_ready = poll(ready.data(), ready.size(), 0) > 0;
         auto is_ready = [&](int fd) {
             if (!any_ready) return false;
             for (auto& r : ready) if (r.fd == fd) return (r.revents & (POLLIN | POLLERR | POLLHUP)) != 0;
+            return false;
+        };
+        auto is_writable = [&](int fd) {
+            if (!any_ready) return false;
+            for (auto& r : ready) if (r.fd == fd) return (r.revents & POLLOUT) != 0;
             return false;
         };
         // Frames that arrived: they enter their port now.
@@ -607,31 +624,35 @@ int main(int argc, char** argv) {
             while (recv(tel_fd, rbuf.data(), rbuf.size(), 0) > 0) {}
         // Management.
         if (listen_fd >= 0) {
-            std::vector<bool> readable;
-            for (int c : clients) readable.push_back(is_ready(c));
+            std::vector<bool> readable, writable;
+            for (auto& c : clients) { readable.push_back(is_ready(c.fd)); writable.push_back(is_writable(c.fd)); }
             if (is_ready(listen_fd)) {
                 int c = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK);
-                if (c >= 0) { clients.push_back(c); client_buf.emplace_back(); readable.push_back(true); }
+                if (c >= 0) { clients.push_back({c, {}, {}}); readable.push_back(true); writable.push_back(false); }
             }
             for (size_t i = 0; i < clients.size();) {
-                if (!readable[i]) { i++; continue; }
-                char b[4096];
-                ssize_t n = recv(clients[i], b, sizeof b, 0);
-                if (n == 0 || (n < 0 && errno != EAGAIN)) {
-                    close(clients[i]);
-                    clients.erase(clients.begin() + i);
-                    client_buf.erase(client_buf.begin() + i);
-                    readable.erase(readable.begin() + i);
-                    continue;
-                }
-                if (n > 0) {
-                    client_buf[i].append(b, n);
-                    size_t nl;
-                    while ((nl = client_buf[i].find('\n')) != std::string::npos) {
-                        std::string reply = command(sim, client_buf[i].substr(0, nl));
-                        client_buf[i].erase(0, nl + 1);
-                        if (write(clients[i], reply.data(), reply.size()) < 0) break;
+                Client& c = clients[i];
+                bool gone = false;
+                if (readable[i]) {
+                    char b[4096];
+                    ssize_t n = recv(c.fd, b, sizeof b, 0);
+                    if (n == 0 || (n < 0 && errno != EAGAIN)) gone = true;
+                    else if (n > 0) {
+                        c.in.append(b, n);
+                        size_t nl;
+                        while ((nl = c.in.find('\n')) != std::string::npos) {
+                            c.out += command(sim, c.in.substr(0, nl));
+                            c.in.erase(0, nl + 1);
+                        }
                     }
+                }
+                if (!gone && (readable[i] || writable[i])) gone = !flush(c);
+                if (gone) {
+                    close(c.fd);
+                    clients.erase(clients.begin() + i);
+                    readable.erase(readable.begin() + i);
+                    writable.erase(writable.begin() + i);
+                    continue;
                 }
                 i++;
             }
@@ -652,13 +673,13 @@ int main(int argc, char** argv) {
         std::vector<pollfd> pfds;
         for (int fd : fds) if (fd >= 0) pfds.push_back({fd, POLLIN, 0});
         if (listen_fd >= 0) pfds.push_back({listen_fd, POLLIN, 0});
-        for (int c : clients) pfds.push_back({c, POLLIN, 0});
+        for (auto& c : clients) pfds.push_back({c.fd, client_events(c), 0});
         timespec ts{time_t(wait_ns / 1000000000ull), long(wait_ns % 1000000000ull)};
         ppoll(pfds.data(), pfds.size(), &ts, nullptr);
     }
     for (int fd : fds) if (fd >= 0) close(fd);
     if (tel_fd >= 0) close(tel_fd);
-    for (int c : clients) close(c);
+    for (auto& c : clients) close(c.fd);
     if (listen_fd >= 0) { close(listen_fd); unlink(control_path.c_str()); }
     return 0;
 }

@@ -196,6 +196,7 @@ module incast_switch #(
     logic [NPORTS-1:0]  info_valid;
     logic [15:0]        info_len [NPORTS];
     logic [RX_AW-1:0]   rd_off;
+    logic [NPORTS-1:0]  rd_en;       // the receive memory the pipeline reads now
     logic [CW*8-1:0]    rx_word [NPORTS];
     logic [NPORTS-1:0]  release_frame;
     logic [NPORTS-1:0]  ctl_rx_valid, rx_error, rx_holding;
@@ -218,7 +219,7 @@ module incast_switch #(
         port_rx #(.LW(LW), .CW(CW), .AW(RX_AW), .MAXLEN(MAXLEN)) rx (
             .clk, .rst, .rx_valid(rx_valid[p]), .rx_data(rx_data[p*LW*8 +: LW*8]),
             .rx_keep(rx_keep[p*LW +: LW]), .rx_last(rx_last[p]),
-            .info_valid(info_valid[p]), .info_len(info_len[p]), .rd_off, .rd_data(rx_word[p]),
+            .info_valid(info_valid[p]), .info_len(info_len[p]), .rd_en(rd_en[p]), .rd_off, .rd_data(rx_word[p]),
             .release_frame(release_frame[p]), .ctl_valid(ctl_rx_valid[p]), .ctl_enable(ctl_rx_enable[p]),
             .ctl_quanta(ctl_rx_quanta[p]), .rx_error(rx_error[p]), .holding(rx_holding[p]));
         port_tx #(.LW(LW), .CW(CW), .AW(TX_AW), .LEAD(MAXW + 4)) tx (
@@ -295,6 +296,10 @@ module incast_switch #(
     logic [CELL_AW-1:0] q_head [NQ];
     logic [CELL_AW-1:0] q_tail [NQ];
     logic [15:0]        q_pkts [NQ];
+    // Which queues hold a frame (q_pkts != 0), as one vector: the read engine and the
+    // idle test look at its bits instead of every queue's counter, which in simulation
+    // is work for every cycle.
+    logic [NQ-1:0]      q_busy;
     logic [31:0]        occ [NQ];
     logic [31:0]        port_bytes [NPORTS];
     logic [31:0]        pool_max;    // the most pool_bytes has been
@@ -335,6 +340,7 @@ module incast_switch #(
                 q_pkts[q] <= '0; occ[q] <= '0; q_head[q] <= '0; q_tail[q] <= '0;
             end
             for (int p = 0; p < NPORTS; p++) port_bytes[p] <= '0;
+            q_busy <= '0;
             pool_bytes <= '0;
             pool_max <= '0;
         end else begin
@@ -344,10 +350,12 @@ module incast_switch #(
             same_q = com_valid && fin_valid && com_q == fin_q;
             if (fin_valid && !same_q) begin
                 q_pkts[fin_q] <= q_pkts[fin_q] - 16'd1;
+                q_busy[fin_q] <= q_pkts[fin_q] != 16'd1;
                 if (q_pkts[fin_q] >= 16'd2) q_head[fin_q] <= fin_next;
             end
             if (com_valid) begin
                 q_pkts[com_q] <= q_pkts[com_q] + 16'd1 - {15'd0, same_q};
+                q_busy[com_q] <= q_pkts[com_q] + 16'd1 - {15'd0, same_q} != 16'd0;
                 if (same_q && q_pkts[com_q] >= 16'd2) q_head[com_q] <= fin_next;
                 if (com_pkts_left == 16'd0) q_head[com_q] <= com_first;
                 q_tail[com_q] <= com_last;
@@ -363,6 +371,24 @@ module incast_switch #(
             if (pool_bytes > pool_max) pool_max <= pool_bytes;
         end
     end
+
+    // The first set bit of v after `last`, in turn (last + 1, ..., NPORTS - 1, 0, ...,
+    // last): the round robin of the pipeline over ports and of the read engine. v != 0.
+    function automatic logic [PW-1:0] rr_next(input logic [NPORTS-1:0] v, input logic [PW-1:0] last);
+        logic [PW-1:0] r;
+        logic found;
+        r = '0;
+        found = 1'b0;
+        for (int p = NPORTS - 1; p >= 0; p--)
+            if (v[p] && PW'(p) > last) begin
+                r = PW'(p);
+                found = 1'b1;
+            end
+        if (!found)
+            for (int p = NPORTS - 1; p >= 0; p--)
+                if (v[p]) r = PW'(p);
+        rr_next = r;
+    endfunction
 
     // ------------------------------------------------------ forwarding pipeline
     typedef enum logic [3:0] {S_IDLE, S_HDR, S_DEC1, S_DEC2, S_COPY, S_LINK, S_FLOOD, S_DONE} pstate_t;
@@ -416,42 +442,47 @@ module incast_switch #(
         /* verilator lint_on UNUSEDSIGNAL */
         logic [2:0] pcp;
         logic [5:0] dscp;
-        p_dst = {shb(sh, 0), shb(sh, 1), shb(sh, 2), shb(sh, 3), shb(sh, 4), shb(sh, 5)};
-        p_vlan = sh16(sh, 12) == 16'h8100 && flen >= 16'd18;
-        ip = p_vlan ? 18 : 14;
-        l4 = ip + 20;
-        p_ip_off = 5'(ip);
-        p_ipv4 = sh16(sh, ip - 2) == 16'h0800 && flen >= 16'(ip + 20);
-        p_ihl5 = shb(sh, ip) == 8'h45;
-        p_ect = (shb(sh, ip + 1) & 8'h03) != 8'h00;
-        p_saddr = p_ipv4 ? sh32(sh, ip + 12) : 32'd0;
-        p_daddr = p_ipv4 ? sh32(sh, ip + 16) : 32'd0;
-        p_l4 = p_ipv4 && ((shb(sh, ip + 9) == 8'd6 && flen >= 16'(l4 + 20)) ||
-                          (shb(sh, ip + 9) == 8'd17 && flen >= 16'(l4 + 8)));
-        p_flow = p_l4 ? {sh32(sh, ip + 12), sh32(sh, ip + 16), shb(sh, ip + 9), sh32(sh, l4)} : 104'd0;
-        // RFC 1624: HC' = ~(~HC + ~m + m'), m the 16-bit word holding the TOS byte
-        ckw = sh16(sh, ip + 10);
-        oldw = sh16(sh, ip);
-        neww = oldw | 16'h0003;
-        s1 = {1'b0, ~ckw} + {1'b0, ~oldw};
-        s1 = {1'b0, s1[15:0]} + {16'd0, s1[16]};
-        s1 = {1'b0, s1[15:0]} + {1'b0, neww};
-        s1 = {1'b0, s1[15:0]} + {16'd0, s1[16]};
-        p_newck = ~s1[15:0];
-        p_class = 3'd0;
-        tci = shb(sh, 14);
-        tos = shb(sh, ip + 1);
-        pcp = tci[7:5];
-        dscp = tos[7:2];
-        if (p_vlan && pcp_valid[pcp]) p_class = pcp_class[pcp];
-        if (p_ipv4 && dscp_valid[dscp]) p_class = dscp_class[dscp];
-        p_hit = 1'b0;
-        p_port = '0;
-        for (int e = NMAC - 1; e >= 0; e--)
-            if (fwd_valid[e] && fwd_mac[e] == p_dst && 32'(fwd_port[e]) < NPORTS) begin
-                p_hit = 1'b1;
-                p_port = fwd_port[e];
-            end
+        // Only in the state that takes the result (S_DEC1): in simulation a block like
+        // this one is evaluated every cycle, and the lookup is NMAC compares.
+        {p_dst, p_vlan, p_ipv4, p_l4, p_ect, p_ihl5, p_ip_off, p_class} = '0;
+        {p_saddr, p_daddr, p_flow, p_newck, p_hit, p_port} = '0;
+        {ip, l4, ckw, oldw, neww, s1, tci, tos, pcp, dscp} = '0;
+        if (ps == S_DEC1) begin
+            p_dst = {shb(sh, 0), shb(sh, 1), shb(sh, 2), shb(sh, 3), shb(sh, 4), shb(sh, 5)};
+            p_vlan = sh16(sh, 12) == 16'h8100 && flen >= 16'd18;
+            ip = p_vlan ? 18 : 14;
+            l4 = ip + 20;
+            p_ip_off = 5'(ip);
+            p_ipv4 = sh16(sh, ip - 2) == 16'h0800 && flen >= 16'(ip + 20);
+            p_ihl5 = shb(sh, ip) == 8'h45;
+            p_ect = (shb(sh, ip + 1) & 8'h03) != 8'h00;
+            p_saddr = p_ipv4 ? sh32(sh, ip + 12) : 32'd0;
+            p_daddr = p_ipv4 ? sh32(sh, ip + 16) : 32'd0;
+            p_l4 = p_ipv4 && ((shb(sh, ip + 9) == 8'd6 && flen >= 16'(l4 + 20)) ||
+                              (shb(sh, ip + 9) == 8'd17 && flen >= 16'(l4 + 8)));
+            p_flow = p_l4 ? {sh32(sh, ip + 12), sh32(sh, ip + 16), shb(sh, ip + 9), sh32(sh, l4)} : 104'd0;
+            // RFC 1624: HC' = ~(~HC + ~m + m'), m the 16-bit word holding the TOS byte
+            ckw = sh16(sh, ip + 10);
+            oldw = sh16(sh, ip);
+            neww = oldw | 16'h0003;
+            s1 = {1'b0, ~ckw} + {1'b0, ~oldw};
+            s1 = {1'b0, s1[15:0]} + {16'd0, s1[16]};
+            s1 = {1'b0, s1[15:0]} + {1'b0, neww};
+            s1 = {1'b0, s1[15:0]} + {16'd0, s1[16]};
+            p_newck = ~s1[15:0];
+            p_class = 3'd0;
+            tci = shb(sh, 14);
+            tos = shb(sh, ip + 1);
+            pcp = tci[7:5];
+            dscp = tos[7:2];
+            if (p_vlan && pcp_valid[pcp]) p_class = pcp_class[pcp];
+            if (p_ipv4 && dscp_valid[dscp]) p_class = dscp_class[dscp];
+            for (int e = NMAC - 1; e >= 0; e--)
+                if (fwd_valid[e] && fwd_mac[e] == p_dst && 32'(fwd_port[e]) < NPORTS) begin
+                    p_hit = 1'b1;
+                    p_port = fwd_port[e];
+                end
+        end
     end
 
     // Decisions (DEC1 -> registers; DEC2 admits).
@@ -546,25 +577,17 @@ module incast_switch #(
         end else begin
             ret_v <= 1'b0;
             case (ps)
-                S_IDLE: begin
-                    logic found;
-                    found = 1'b0;
-                    for (int k = 1; k <= NPORTS; k++) begin
+                S_IDLE:
+                    if (info_valid != 0) begin
                         logic [PW-1:0] p;
-                        p = PW'((32'(rr_in) + k) % NPORTS);
-                        if (!found && info_valid[p]) begin
-                            found = 1'b1;
-                            sel <= p;
-                            flen <= info_len[p];
-                            fwords <= (info_len[p] + 16'(CW - 1)) / 16'(CW);
-                        end
-                    end
-                    if (found) begin
+                        p = rr_next(info_valid, rr_in);
+                        sel <= p;
+                        flen <= info_len[p];
+                        fwords <= (info_len[p] + 16'(CW - 1)) / 16'(CW);
                         sh <= '0;
                         iss <= '0;
                         ps <= S_HDR;
                     end
-                end
                 S_HDR: begin
                     if ({{(16-RX_AW){1'b0}}, iss} < fwords && iss < RX_AW'(HDRW)) begin
                         iss <= iss + 1'b1;
@@ -661,6 +684,8 @@ module incast_switch #(
             end
         alloc = cw_en;
         rd_off = iss;
+        rd_en = '0;
+        if (ps == S_HDR || ps == S_COPY) rd_en[sel] = 1'b1;
         release_frame = '0;
         if (ps == S_DONE) release_frame[sel] = 1'b1;
         adm_valid = ps == S_DEC2 && d_hit && admit_ok;
@@ -693,23 +718,26 @@ module incast_switch #(
     logic          pick;
     logic [PW-1:0] pick_port;
     logic [2:0]    pick_class;
+    // Only while idle (nothing else takes it) and something is queued.
     always_comb begin
+        logic [NPORTS-1:0] ready;
+        logic [7:0] classes;
         pick = 1'b0;
         pick_port = '0;
         pick_class = '0;
-        for (int k = 1; k <= NPORTS; k++) begin
-            logic [PW-1:0] p;
-            logic room;
-            p = PW'((32'(rr_out) + k) % NPORTS);
-            room = tx_want[p] && tx_words[p] <= (TX_AW+1)'((1 << TX_AW) - MAXW);
-            for (int c = 7; c >= 0; c--)
-                if (!pick && room && q_pkts[{p, 3'(c)}] != 0 && !paused[p][c]) begin
-                    pick_port = p;
-                    pick_class = 3'(c);
-                end
-            if (!pick && room)
-                for (int c = 0; c < 8; c++)
-                    if (q_pkts[{p, 3'(c)}] != 0 && !paused[p][c]) pick = 1'b1;
+        ready = '0;
+        classes = '0;
+        if (es == E_IDLE && q_busy != 0) begin
+            for (int p = 0; p < NPORTS; p++)
+                ready[p] = tx_want[p] && tx_words[p] <= (TX_AW+1)'((1 << TX_AW) - MAXW)
+                           && (q_busy[p*8 +: 8] & ~paused[p]) != 0;
+            if (ready != 0) begin
+                pick = 1'b1;
+                pick_port = rr_next(ready, rr_out);
+                classes = q_busy[{pick_port, 3'b000} +: 8] & ~paused[pick_port];
+                for (int c = 7; c >= 0; c--)
+                    if (classes[c]) pick_class = 3'(c);
+            end
         end
     end
 
@@ -862,7 +890,8 @@ module incast_switch #(
             end
             if (down && n == 0)
                 for (int p = 0; p < NPORTS; p++) peer_paused_until[p * 8] <= '0;
-            // PFC, per (port, class)
+            // PFC, per (port, class): nothing to do without it
+            if (cfg_pause_on && cfg_pfc)
             for (int c = 0; c < 8; c++) begin
                 logic cup, cdown;
                 cup = ps == S_DEC2 && d_hit && xoff_q && d_class == 3'(c) && !q_congested[d_q];
@@ -890,23 +919,28 @@ module incast_switch #(
         down = rel_valid && cfg_pause_on && !cfg_pfc && congested[e_port] && port_deq <= cfg_xon
                && !(ps == S_DEC2 && d_hit && xoff_port && d_port == e_port);
         last = n_congested == 16'd1 && !(ps == S_DEC2 && d_hit && xoff_port && !congested[d_port]);
+        // (each loop over the ports only in the cycle that needs it: this is evaluated
+        // every cycle in simulation)
         for (int p = 0; p < NPORTS; p++) begin
             ctl_xoff[p] = '0;
             ctl_xon[p] = '0;
-            // XOFF to every port but the congested one (its host only receives; pausing
-            // it would hold back its ACKs)
-            if (send_pause && PW'(p) != d_port) begin
-                if (xoff_port) ctl_xoff[p][0] = 1'b1;
-                if (xoff_q) ctl_xoff[p][d_class] = 1'b1;
-            end
-            // XON to the ports still paused, once the last congested port is at XON
-            if (down && last && now < peer_paused_until[p * 8]) ctl_xon[p][0] = 1'b1;
-            for (int c = 0; c < 8; c++)
-                if (rel_valid && cfg_pause_on && cfg_pfc && e_class == 3'(c) && q_congested[e_q]
-                    && occ_deq <= xon_bytes[e_q] && n_congested_q[c] == 16'd1
-                    && now < peer_paused_until[p * 8 + c])
-                    ctl_xon[p][c] = 1'b1;
         end
+        // XOFF to every port but the congested one (its host only receives; pausing it
+        // would hold back its ACKs)
+        if (send_pause)
+            for (int p = 0; p < NPORTS; p++)
+                if (PW'(p) != d_port) begin
+                    if (xoff_port) ctl_xoff[p][0] = 1'b1;
+                    if (xoff_q) ctl_xoff[p][d_class] = 1'b1;
+                end
+        // XON to the ports still paused, once the last congested port is at XON
+        if (down && last)
+            for (int p = 0; p < NPORTS; p++)
+                if (now < peer_paused_until[p * 8]) ctl_xon[p][0] = 1'b1;
+        if (rel_valid && cfg_pause_on && cfg_pfc && q_congested[e_q] && occ_deq <= xon_bytes[e_q]
+            && n_congested_q[e_class] == 16'd1)
+            for (int p = 0; p < NPORTS; p++)
+                if (now < peer_paused_until[{PW'(p), e_class}]) ctl_xon[p][e_class] = 1'b1;
     end
 
     // ------------------------------------------------------------- telemetry
@@ -1013,16 +1047,17 @@ module incast_switch #(
                     st_tx_bytes[e_q] <= st_tx_bytes[e_q] + {16'd0, cur_len};
                 end
             end
-            for (int p = 0; p < NPORTS; p++) begin
-                if (ctl_rx_valid[p]) begin
-                    st_ctl_rx[p] <= st_ctl_rx[p] + 32'd1;
-                    if (ctl_rx_quanta[p] == 0) st_xon_rx[p] <= st_xon_rx[p] + 32'd1;
-                    else st_pause_rx[p] <= st_pause_rx[p] + 32'd1;
+            if ((ctl_rx_valid | sent_xoff | sent_xon | rx_error) != 0)
+                for (int p = 0; p < NPORTS; p++) begin
+                    if (ctl_rx_valid[p]) begin
+                        st_ctl_rx[p] <= st_ctl_rx[p] + 32'd1;
+                        if (ctl_rx_quanta[p] == 0) st_xon_rx[p] <= st_xon_rx[p] + 32'd1;
+                        else st_pause_rx[p] <= st_pause_rx[p] + 32'd1;
+                    end
+                    if (sent_xoff[p]) st_pause_tx[p] <= st_pause_tx[p] + 32'd1;
+                    if (sent_xon[p]) st_xon_tx[p] <= st_xon_tx[p] + 32'd1;
+                    if (rx_error[p]) st_rx_err[p] <= st_rx_err[p] + 32'd1;
                 end
-                if (sent_xoff[p]) st_pause_tx[p] <= st_pause_tx[p] + 32'd1;
-                if (sent_xon[p]) st_xon_tx[p] <= st_xon_tx[p] + 32'd1;
-                if (rx_error[p]) st_rx_err[p] <= st_rx_err[p] + 32'd1;
-            end
             st_tel_lost <= st_tel_lost + {31'd0, tel_drop_q && tdrop_full} + {31'd0, tel_deq_q && tdeq_full};
         end
     end
@@ -1103,8 +1138,7 @@ module incast_switch #(
         wake = '0;
         for (int p = 0; p < NPORTS; p++) begin
             logic queued;
-            queued = 1'b0;
-            for (int c = 0; c < 8; c++) if (q_pkts[{PW'(p), 3'(c)}] != 0) queued = 1'b1;
+            queued = q_busy[p*8 +: 8] != 0;
             if (tx_wake[p] != 0 && (wake == 0 || tx_wake[p] < wake)) wake = tx_wake[p];
             // a shaped port with frames in the buffer: when it will take the next one
             if (queued && tx_wake_next[p] != 0 && (wake == 0 || tx_wake_next[p] < wake)) wake = tx_wake_next[p];

@@ -22,7 +22,8 @@ module port_rx #(
     // complete frames, oldest first
     output logic            info_valid,
     output logic [15:0]     info_len,
-    input  logic [AW-1:0]   rd_off,    // word of the oldest frame to read ...
+    input  logic            rd_en,     // read ...
+    input  logic [AW-1:0]   rd_off,    // ... this word of the oldest frame ...
     output logic [CW*8-1:0] rd_data,   // ... here the next cycle
     input  logic            release_frame,  // the pipeline is done with the oldest frame
     // MAC Control received
@@ -54,22 +55,22 @@ module port_rx #(
     wire [$clog2(LW+1)-1:0] nbytes = ones(rx_keep);
     wire [16:0] flen_next = {1'b0, flen} + {{(17-$clog2(LW+1)){1'b0}}, nbytes};
 
-    // The word with this beat in place (bytes past keep are zero).
-    logic [CW*8-1:0] acc_next;
+    // This beat's bytes (those past keep are zero), and where they go in the word being
+    // filled. Written with one indexed part-select, not a loop over the lanes: every
+    // port evaluates this every cycle in simulation, and a loop costs CW/LW compares.
     logic [LW*8-1:0] beat;
-    always_comb begin
+    always_comb
         for (int i = 0; i < LW; i++) beat[i*8 +: 8] = rx_keep[i] ? rx_data[i*8 +: 8] : 8'h00;
-        acc_next = acc;
-        for (int j = 0; j < LANES; j++)
-            if (LANE_W'(j) == lane) acc_next[j*LW*8 +: LW*8] = beat;
-    end
-    // The MAC Control bytes with this beat's share in place.
+    localparam int LBW = $clog2(CW * 8);
+    wire [LBW-1:0] lane_bit = LBW'(lane) * LBW'(LW * 8);
+    // The MAC Control bytes with this beat's share in place (computed on a beat only).
     logic [CS_N*8-1:0] cs_next;
     always_comb begin
         cs_next = cs;
-        for (int i = 0; i < LW; i++)
-            for (int k = 0; k < CS_N; k++)
-                if (flen == 16'(CS_LO + k - i) && rx_keep[i]) cs_next[k*8 +: 8] = rx_data[i*8 +: 8];
+        if (rx_valid && flen < 16'(CS_LO + CS_N))
+            for (int i = 0; i < LW; i++)
+                if (rx_keep[i] && 32'(flen) + i >= CS_LO && 32'(flen) + i < CS_LO + CS_N)
+                    cs_next[(32'(flen) + i - CS_LO)*8 +: 8] = rx_data[i*8 +: 8];
     end
     function automatic logic [15:0] be16(input logic [CS_N*8-1:0] b, input int at);
         be16 = {b[(at - CS_LO)*8 +: 8], b[(at - CS_LO + 1)*8 +: 8]};
@@ -88,26 +89,40 @@ module port_rx #(
         .clk, .rst, .push(push_info), .din(flen_next[15:0]), .pop(release_frame), .dout(info_len),
         .valid(info_valid), .full(info_full), .count(info_count));
 
-    wire is_ctl = be16(cs_next, 12) == 16'h8808;
-    wire [15:0] opcode = be16(cs_next, 14);
+    // Decoded on a frame's last beat only (nothing reads them before).
+    logic is_ctl;
+    logic [15:0] opcode;
     /* verilator lint_off UNUSEDSIGNAL */
-    wire [15:0] class_enable = be16(cs_next, 16);   // PFC: bit c names class c; 8..15 are reserved
+    logic [15:0] class_enable;   // PFC: bit c names class c; 8..15 are reserved
     /* verilator lint_on UNUSEDSIGNAL */
     wire ends_ok = rx_valid && rx_last && !bad && !(word_done && mem_full) && !frame_long && flen_next >= 17'd14;
     assign push_info = ends_ok && !is_ctl && !info_full;
     assign holding = info_count != 0;
 
     always_comb begin
+        is_ctl = 1'b0;
+        opcode = '0;
+        class_enable = '0;
+        ctl_enable = '0;
+        ctl_quanta = '0;
+        if (rx_valid && rx_last) begin
+            is_ctl = be16(cs_next, 12) == 16'h8808;
+            opcode = be16(cs_next, 14);
+            class_enable = be16(cs_next, 16);
+            ctl_enable = opcode == 16'h0001 ? 8'hFF : class_enable[7:0];
+            for (int c = 0; c < 8; c++)
+                ctl_quanta[c*16 +: 16] = opcode == 16'h0001 ? be16(cs_next, 16) : be16(cs_next, 18 + 2 * c);
+        end
         ctl_valid = ends_ok && is_ctl && (opcode == 16'h0001 || opcode == 16'h0101);
-        ctl_enable = opcode == 16'h0001 ? 8'hFF : class_enable[7:0];
-        for (int c = 0; c < 8; c++)
-            ctl_quanta[c*16 +: 16] = opcode == 16'h0001 ? be16(cs_next, 16) : be16(cs_next, 18 + 2 * c);
     end
     assign rx_error = rx_valid && rx_last && !(ends_ok && (is_ctl || !info_full));
 
     always_ff @(posedge clk) begin
-        if (word_done && !mem_full && !bad) mem[wr[AW-1:0]] <= acc_next;
-        rd_data <= mem[base[AW-1:0] + rd_off];
+        // the word with this beat in place (acc is zero past the bytes it has)
+        if (word_done && !mem_full && !bad) mem[wr[AW-1:0]] <= acc | ((CW*8)'(beat) << lane_bit);
+        // only the port the pipeline reads: a read of every port's memory each cycle is
+        // work for the simulation (and power for the hardware) with no use
+        if (rd_en) rd_data <= mem[base[AW-1:0] + rd_off];
     end
 
     always_ff @(posedge clk) begin
@@ -130,7 +145,7 @@ module port_rx #(
                     lane <= '0;
                     if (!mem_full && !bad) wr <= wr + 1'b1;
                 end else begin
-                    acc <= acc_next;
+                    acc[lane_bit +: LW*8] <= beat;
                     lane <= lane + 1'b1;
                 end
                 if ((word_done && mem_full) || frame_long) bad <= 1'b1;

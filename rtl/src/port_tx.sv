@@ -74,15 +74,30 @@ module port_tx #(
         if (rst) frames <= '0;
         else frames <= frames + {{AW{1'b0}}, frame_in} - {{AW{1'b0}}, frame_out};
 
-    // The pause the link partner asked for.
+    // The pause the link partner asked for, and the end of the latest (so that a port
+    // nobody paused compares one time a cycle, not eight: in simulation every port
+    // evaluates this every cycle).
     logic [47:0] pause_until [8];
+    logic [47:0] pause_end;
     always_ff @(posedge clk)
-        for (int c = 0; c < 8; c++)
-            if (rst) pause_until[c] <= '0;
-            else if (obey_valid && obey_enable[c])
-                pause_until[c] <= now + 48'(obey_quanta[c*16 +: 16]) * {16'd0, quantum_cycles};
-    always_comb
-        for (int c = 0; c < 8; c++) paused[c] = now < pause_until[c];
+        if (rst) begin
+            for (int c = 0; c < 8; c++) pause_until[c] <= '0;
+            pause_end <= '0;
+        end else if (obey_valid) begin
+            logic [47:0] t, last;
+            last = '0;
+            for (int c = 0; c < 8; c++) begin
+                t = obey_enable[c] ? now + 48'(obey_quanta[c*16 +: 16]) * {16'd0, quantum_cycles} : pause_until[c];
+                pause_until[c] <= t;
+                if (t > last) last = t;
+            end
+            pause_end <= last;
+        end
+    always_comb begin
+        paused = '0;
+        if (now < pause_end)
+            for (int c = 0; c < 8; c++) paused[c] = now < pause_until[c];
+    end
 
     // MAC Control frames waiting, per class.
     logic [7:0] pend, pend_xon;
@@ -92,7 +107,8 @@ module port_tx #(
     always_comb begin
         ctl_any = pend != 0;
         ctl_class = '0;
-        for (int c = 7; c >= 0; c--) if (pend[c]) ctl_class = 3'(c);
+        if (ctl_any)
+            for (int c = 7; c >= 0; c--) if (pend[c]) ctl_class = 3'(c);
     end
 
     // A byte-exact 60-byte MAC Control frame (before the FCS the MAC appends).
@@ -217,16 +233,12 @@ module port_tx #(
                     if (gap == 0) st <= T_IDLE;
                     else gap <= gap - 16'd1;
             endcase
-            // Requests: the newest for a class replaces what was waiting.
-            for (int c = 0; c < 8; c++) begin
-                if (ctl_xoff[c]) begin
-                    pend[c] <= 1'b1;
-                    pend_xon[c] <= 1'b0;
-                end
-                if (ctl_xon[c]) begin
-                    pend[c] <= 1'b1;
-                    pend_xon[c] <= 1'b1;
-                end
+            // Requests: the newest for a class replaces what was waiting (XON over XOFF
+            // in the same cycle). Whole vectors: a loop over classes costs every port
+            // eight steps a cycle in simulation.
+            if ((ctl_xoff | ctl_xon) != 0) begin
+                pend <= (st == T_IDLE && ctl_any ? pend & ~(8'd1 << ctl_class) : pend) | ctl_xoff | ctl_xon;
+                pend_xon <= (pend_xon & ~ctl_xoff) | ctl_xon;
             end
         end
     end
@@ -237,8 +249,9 @@ module port_tx #(
         active = st != T_IDLE || ctl_any || (fifo_words != 0 && (cfg_shaper == 0 || now >= shaper_next));
         wake = '0;
         if (st == T_IDLE && !ctl_any && frames != 0 && cfg_shaper != 0 && now < shaper_next) wake = shaper_next;
-        for (int c = 0; c < 8; c++)
-            if (paused[c] && (wake == 0 || pause_until[c] < wake)) wake = pause_until[c];
+        if (paused != 0)
+            for (int c = 0; c < 8; c++)
+                if (paused[c] && (wake == 0 || pause_until[c] < wake)) wake = pause_until[c];
         wake_next = cfg_shaper != 0 && st != T_DATA && frames == 0 && now + 48'(LEAD) < shaper_next
                     ? shaper_next - 48'(LEAD) : 48'd0;
     end
