@@ -85,10 +85,12 @@ if [ "$with_kernels" = 1 ]; then
   else
     # Their source, linux-source-6.12, comes to Debian 12 through its security suite,
     # which an installed system lists and a minimal root made by debootstrap does not.
-    if ! apt-cache policy linux-source-6.12 2>/dev/null | grep -q 'Candidate: [^(]' &&
-       grep -q '^VERSION_CODENAME=bookworm' /etc/os-release; then
+    # (apt-cache's output is read whole: under pipefail, `apt-cache | grep -q` fails
+    # whenever grep's early exit cuts apt-cache off with SIGPIPE.)
+    has_source() { grep -q 'Candidate: [^(]' <<<"$(apt-cache policy linux-source-6.12 2>/dev/null)"; }
+    if ! has_source && grep -q '^VERSION_CODENAME=bookworm' /etc/os-release; then
       apt-get update -qq || true
-      if ! apt-cache policy linux-source-6.12 2>/dev/null | grep -q 'Candidate: [^(]'; then
+      if ! has_source && ! grep -rqs 'debian-security' /etc/apt/sources.list /etc/apt/sources.list.d/; then
         echo "setup: adding Debian 12's security suite to apt's sources (linux-source-6.12 is there):" \
              "/etc/apt/sources.list.d/incast-bookworm-security.list"
         echo "deb http://deb.debian.org/debian-security bookworm-security main" \
