@@ -222,7 +222,40 @@ def test_the_scoreboard_marks_a_kept_result_made_with_other_settings():
     from incast.report import figures, scoreboard
     fig = figures.load("sigcomm09-fig1")
     data, overrides, _, _ = figures.plan(fig, True)
-    assert scoreboard.stale(fig, {"quick": True, "base": data, "overrides": overrides}) == ""
+    today = figures.code_versions()
+    assert scoreboard.stale(fig, {"quick": True, "base": data, "overrides": overrides, "code": today}) == ""
     old = {**overrides, "switch.buffer": "32KiB"}
-    assert scoreboard.stale(fig, {"quick": True, "base": data, "overrides": old}) == \
+    assert scoreboard.stale(fig, {"quick": True, "base": data, "overrides": old, "code": today}) == \
         "made with other settings (switch.buffer)"
+
+
+def test_the_scoreboard_marks_a_kept_result_made_by_other_code():
+    """The point store's code version of each data plane the result ran on: another
+    one (the code has changed what runs do since) or none recorded makes it stale; a
+    change to another plane's own sources does not."""
+    from incast.report import figures, scoreboard
+    fig = figures.load("sigcomm09-fig1")
+    data, overrides, _, _ = figures.plan(fig, True)
+    meta = {"quick": True, "base": data, "overrides": overrides}
+    today = figures.code_versions()
+    assert scoreboard.stale(fig, {**meta, "code": {**today, "rtl": "0" * 16}}, ["linux"]) == ""
+    assert scoreboard.stale(fig, {**meta, "code": {**today, "linux": "0" * 16}}, ["linux"]) == \
+        f"made by code that has since changed what its runs do (linux: {'0' * 16} then, {today['linux']} now)"
+    assert scoreboard.stale(fig, meta, ["linux"]) == "its code is not recorded"
+
+
+def test_the_code_version_of_an_earlier_commit_is_its_files():
+    """code_versions_at(commit) hashes that commit's files as code_version hashes the
+    checkout's: HEAD's, where no file a run executes differs from it, is today's."""
+    import subprocess
+    from incast.report import figures
+    from incast.run import points
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    changed = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=all"],
+                             capture_output=True, text=True).stdout.split()
+    executed = {str(f.relative_to(REPO)) for f in points.run_files(points.CODE_GLOBS + points.plane_globs())}
+    if executed & set(changed):
+        pytest.skip("files a run executes differ from HEAD here")
+    assert figures.code_versions_at(head.stdout.strip()) == figures.code_versions()

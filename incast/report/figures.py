@@ -510,7 +510,30 @@ def provenance() -> dict:
     commit = git("rev-parse", "HEAD")
     dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
     return {"command": " ".join(["incast", *sys.argv[1:]]), "commit": commit, "uncommitted_changes": dirty,
-            "made": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "code": code_versions()}
+
+
+def code_versions(root=None) -> dict[str, str]:
+    """The code version (incast.run.points.code_version: what the point store keys a
+    run's code by) of each data plane, for the checkout at `root` (default: this one)."""
+    from incast.registry import DATAPLANES
+    from incast.run import points
+    if root is None:
+        return {plane: points.code_version(plane) for plane in DATAPLANES}
+    # (not through code_version's cache: another checkout's files, in a scratch folder)
+    return {plane: points.code_version.__wrapped__(plane, root) for plane in DATAPLANES}
+
+
+def code_versions_at(commit: str) -> dict[str, str]:
+    """code_versions() of an earlier commit's files (git archive into a scratch folder)."""
+    import subprocess
+    import tempfile
+
+    from incast.constants import REPO
+    tar = subprocess.run(["git", "-C", str(REPO), "archive", commit], capture_output=True, check=True).stdout
+    with tempfile.TemporaryDirectory(prefix="incast-code-") as tmp:
+        subprocess.run(["tar", "-x", "-C", tmp], input=tar, check=True)
+        return code_versions(Path(tmp))
 
 
 # Repetitions a point gets, step by step, while a claim it tests is undecided: REPEAT_STEPS.

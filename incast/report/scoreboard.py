@@ -20,9 +20,11 @@ from pathlib import Path
 
 from incast.constants import DOCS_DIR
 from incast.report import figures
+from incast.scenario import Scenario
 
 KEPT_FIGURES_DIR = DOCS_DIR / "figure-results"
 PAGE = DOCS_DIR / "scoreboard.md"
+DEFAULT_PLANE = Scenario.model_fields["dataplane"].default
 VERDICTS = ("holds", "does not hold", "undecided", "not testable", "no kept result")
 
 
@@ -40,9 +42,11 @@ def kept(name: str):
     return pd.read_parquet(folder / "sweep.parquet"), meta
 
 
-def stale(fig, meta: dict) -> str:
+def stale(fig, meta: dict, planes=("linux",)) -> str:
     """Why a kept result no longer shows what the figure runs (empty: it does): the
-    sweep file's settings or the figure's (its testbed's included) changed since."""
+    sweep file's settings or the figure's (its testbed's included) changed since, or
+    the code its runs executed (the point store's code version, of each data plane
+    in `planes`) is not today's."""
     data, overrides, _, _ = figures.plan(fig, bool(meta.get("quick")))
     if meta.get("base") is not None and meta["base"] != data:
         return "its sweep file changed since"
@@ -50,6 +54,21 @@ def stale(fig, meta: dict) -> str:
         changed = sorted(k for k in set(overrides) | set(meta["overrides"])
                          if overrides.get(k) != meta["overrides"].get(k))
         return "made with other settings (" + ", ".join(changed) + ")"
+    return stale_code(meta, planes)
+
+
+def stale_code(meta: dict, planes) -> str:
+    """Why a kept result's runs did not execute today's code (empty: they did)."""
+    code = meta.get("code")
+    if not code:
+        return "its code is not recorded"
+    today = figures.code_versions()
+    changed = sorted(p for p in planes if code.get(p) != today.get(p))
+    if changed:
+        return "made by code that has since changed what its runs do (" + ", ".join(
+            f"{p}: {code.get(p)} then, {today.get(p)} now" for p in changed) + ")"
+    if meta.get("uncommitted_changes") and meta.get("code_from_commit"):
+        return "made with uncommitted changes beside its commit's code (which is today's)"
     return ""
 
 
@@ -65,7 +84,10 @@ def rows() -> list[dict]:
             v = verdicts[i] if verdicts else {"verdict": "no kept result", "detail": ""}
             paper = numbers.get((c.series, c.at)) if c.at is not None else None
             meta = result[1] if result else {}
-            why_stale = stale(fig, meta) if result else ""
+            # (a row without one ran on the default plane)
+            planes = sorted({d if isinstance(d, str) else DEFAULT_PLANE for d in result[0]["dataplane"]}
+                            if result and "dataplane" in result[0] else [DEFAULT_PLANE])
+            why_stale = stale(fig, meta, planes) if result else ""
             out.append({"figure": name, "paper": fig.paper, "figure_title": fig.figure, "index": i,
                         "claim": c.text, "paper_number": paper, "verdict": v["verdict"],
                         "ours": v["detail"], "divergence": c.divergence,
@@ -86,7 +108,7 @@ def page() -> str:
              f"**{len(r)} claims:** " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
              + f"; {declared} declared divergences; "
              f"{len({x['figure'] for x in r if x['stale']})} figures' kept results are stale "
-             "(made with settings the figure no longer has).", "",
+             "(made with settings the figure no longer has, or by code that has changed since).", "",
              "| figure | claim (the paper) | paper's number | ours: median [min-max, runs] | verdict | "
              "kept result |", "|---|---|---|---|---|---|"]
     for x in r:

@@ -43,10 +43,10 @@ CODE_GLOBS = ("incast/**/*.py", "incast/**/*.sh", "incast/bpf/*.c", "incast/bpf/
 NOT_RUN = ("incast/report/", "incast/labs.py")
 
 
-def run_files(globs=CODE_GLOBS) -> list[Path]:
-    """The files of `globs` a run executes (sorted)."""
-    return sorted({p for g in globs for p in REPO.glob(g)
-                   if p.is_file() and not str(p.relative_to(REPO)).startswith(NOT_RUN)})
+def run_files(globs=CODE_GLOBS, root: Path = REPO) -> list[Path]:
+    """The files of `globs` a run executes (sorted), in the checkout at `root`."""
+    return sorted({p for g in globs for p in root.glob(g)
+                   if p.is_file() and not str(p.relative_to(root)).startswith(NOT_RUN)})
 
 
 def plane_globs() -> tuple[str, ...]:
@@ -56,16 +56,17 @@ def plane_globs() -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=8)
-def code_version(dataplane: str | None = None) -> str:
+def code_version(dataplane: str | None = None, root: Path = REPO) -> str:
     """The hash of what a run executes: the common files, and with `dataplane` that
-    plane's own sources too."""
+    plane's own sources too. `root`: another checkout's files (an earlier commit's, to
+    tell whether a kept result's code is today's)."""
     from incast.registry import DATAPLANES
     h = hashlib.sha256()
-    files = run_files()
+    files = run_files(root=root)
     if dataplane is not None and DATAPLANES[dataplane].sources:
-        files += run_files(DATAPLANES[dataplane].sources)
+        files += run_files(DATAPLANES[dataplane].sources, root)
     for p in files:
-        h.update(str(p.relative_to(REPO)).encode() + b"\0" + p.read_bytes() + b"\0")
+        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
