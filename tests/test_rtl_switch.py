@@ -35,16 +35,24 @@ def test_lint_clean(params):
     assert r.returncode == 0 and r.stdout + r.stderr == "", r.stdout + r.stderr
 
 
-@pytest.fixture(scope="module")
-def cocotb_results():
+# The port timings the switch is built for (docs/rtl.md): LW link bytes a cycle, CW core
+# bytes a cycle (four ports' worth).
+PORT_TIMINGS = {"1G": {"LW": 1, "CW": 8}, "10G": {"LW": 8, "CW": 32}}
+
+
+@pytest.fixture(scope="module", params=list(PORT_TIMINGS))
+def cocotb_results(request):
+    """Every check, on a 4-port switch at one port timing: 1 Gbit/s (125 MHz, a byte a
+    cycle) and 10 Gbit/s (156.25 MHz, eight bytes a cycle)."""
     pytest.importorskip("cocotb", reason="cocotb is not installed (requirements.txt pins it)")
     from cocotb.runner import get_runner
-    build = REPO / "build" / "rtl" / "cocotb-p4-l1-c8"
+    timing = PORT_TIMINGS[request.param]
+    build = REPO / "build" / "rtl" / f"cocotb-p4-l{timing['LW']}-c{timing['CW']}"
     sources = [REPO / "rtl" / "src" / f for f in ("sync_fifo.sv", "port_rx.sv", "port_tx.sv", "incast_switch.sv")]
     runner = get_runner("verilator")
     runner.build(verilog_sources=sources, hdl_toplevel="incast_switch", build_dir=str(build),
                  build_args=["--unroll-count", "4096", "--unroll-stmts", "100000", "-Wno-fatal"],
-                 parameters={"NPORTS": 4, "LW": 1, "CW": 8, "CELL_AW": 13})
+                 parameters={"NPORTS": 4, **timing, "CELL_AW": 13})
     # The runner hands its sys.path to the simulator's Python: the checks, the frame
     # checks they share with the P4 switch's tests, and this checkout.
     added = [str(CHECKS_MODULE.parent), str(REPO / "tests"), str(REPO)]
