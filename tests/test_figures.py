@@ -2,6 +2,7 @@
 judged on the sweep table; a figure's quick mode runs where its parts exist."""
 from __future__ import annotations
 
+import functools
 import json
 
 import pandas as pd
@@ -223,10 +224,16 @@ class Undecided(Exception):
     AssertionError), so it fails either way."""
 
 
+@functools.lru_cache(maxsize=1)
+def scoreboard_rows() -> tuple[dict, ...]:
+    """Every claim judged on the kept results, once for the whole session."""
+    from incast.report import scoreboard
+    return tuple(scoreboard.rows())
+
+
 def kept_row(name: str, index: int) -> dict | None:
     """The claim's row on the scoreboard where the figure has a full kept result."""
-    from incast.report import scoreboard
-    return next((r for r in scoreboard.rows() if r["figure"] == name and r["index"] == index
+    return next((r for r in scoreboard_rows() if r["figure"] == name and r["index"] == index
                  and r["kept"] == "full"), None)
 
 
