@@ -18,7 +18,6 @@ cell_aw=${4:-12}
 rx_aw=${RX_AW:-9}; tx_aw=${TX_AW:-9}; nmac=${NMAC:-16}; stats=${STATS:-1}; maxlen=${MAXLEN:-2048}
 command -v yosys >/dev/null || { echo "synth: yosys is not installed (apt-get install yosys; nextpnr-ice40 for ice40)" >&2; exit 2; }
 out=$repo/build/rtl/synth/$target-p$nports-c$cw-b$cell_aw-r$rx_aw-t$tx_aw-m$nmac-s$stats
-
 mkdir -p "$out"
 src="$repo/rtl/src/sync_fifo.sv $repo/rtl/src/port_rx.sv $repo/rtl/src/port_tx.sv $repo/rtl/src/incast_switch.sv"
 params="-set NPORTS $nports -set CW $cw -set CELL_AW $cell_aw -set RX_AW $rx_aw -set TX_AW $tx_aw \
