@@ -231,6 +231,11 @@ def scoreboard_rows() -> tuple[dict, ...]:
     return tuple(scoreboard.rows())
 
 
+def declared(row: dict) -> str:
+    """The verdict a claim's figure file declares: a declared divergence does not hold."""
+    return "does not hold" if row["divergence"] else "holds"
+
+
 def kept_row(name: str, index: int) -> dict | None:
     """The claim's row on the scoreboard where the figure has a full kept result."""
     return next((r for r in scoreboard_rows() if r["figure"] == name and r["index"] == index
@@ -259,8 +264,7 @@ def assert_claim(verdict: dict, kept: dict | None = None) -> None:
         if kept["stale"]:
             raise Undecided(f"{verdict['claim']}: {v} in quick mode ({detail}); the full kept result that would "
                             f"judge it is stale: {kept['stale']}")
-        expected = "does not hold" if kept["divergence"] else "holds"
-        if kept["verdict"] != expected:
+        if kept["verdict"] != declared(kept):
             raise Undecided(f"{verdict['claim']}: {v} in quick mode ({detail}); the kept full result: "
                             f"{kept['verdict']} ({kept['ours']})")
         if kept["divergence"]:
@@ -398,7 +402,7 @@ def test_every_full_kept_result_is_judged_as_its_figure_declares():
     assert not stale, "stale kept results, to be made again:\n" + "\n".join(stale)
     wrong = [f"{r['figure']}:{r['index']} {r['verdict']}"
              f"{' (declared divergence)' if r['divergence'] else ''}: {r['ours']}"
-             for r in rows if r["verdict"] != ("does not hold" if r["divergence"] else "holds")]
+             for r in rows if r["verdict"] != declared(r)]
     assert not wrong, "\n".join(wrong)
 
 
