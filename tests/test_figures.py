@@ -61,7 +61,8 @@ def test_claims_are_judged_on_the_median_of_repetitions():
     assert v["recovery"]["verdict"] == "does not hold" and "16: 700.0" in v["recovery"]["detail"]
     assert v["gap"]["verdict"] == "holds"               # 150 <= 900 - 750
     assert v["wider gap"]["verdict"] == "does not hold"
-    assert v["absent"]["verdict"] == "not testable"
+    assert v["absent"]["verdict"] == "not testable" and v["absent"]["why"] == figures.UNREACHED
+    assert all(v[c]["why"] == "" for c in ("collapse", "recovery", "gap", "wider gap"))
 
 
 def test_runs_that_disagree_leave_the_claim_undecided():
@@ -203,6 +204,7 @@ def test_runs_that_were_not_faithful_never_count():
     t = table([("200ms", 16, 100), ("200ms", 16, 120)], unfaithful={("200ms", 16, 100), ("200ms", 16, 120)})
     v = figures.judge(fig, t)[0]
     assert v["verdict"] == "not testable" and "2 of 2 runs not faithful" in v["detail"], v
+    assert v["why"] == figures.NOT_FAITHFUL
 
 
 def test_the_suite_fails_when_a_claim_stops_holding():
@@ -253,9 +255,9 @@ def assert_claim(verdict: dict, kept: dict | None = None) -> None:
     this machine (the clock), or a full kept result to defer to (the scoreboard shows
     which figures have none)."""
     v, detail = verdict["verdict"], verdict["detail"]
-    if v == "not testable" and "not faithful" in detail:
+    if v == "not testable" and verdict["why"] == figures.NOT_FAITHFUL:
         pytest.skip(f"{verdict['claim']}: not testable here: {detail}")
-    if v == "not testable" and "in the sweep" not in detail:     # its runs failed
+    if v == "not testable" and verdict["why"] != figures.UNREACHED:     # its runs failed
         raise Undecided(f"{verdict['claim']}: not testable in quick mode: {detail}")
     if v in ("not testable", "undecided"):
         if kept is None:
@@ -277,8 +279,9 @@ def test_an_undecided_or_unreached_claim_is_judged_on_the_kept_result():
     """A quick verdict the runs cannot decide passes only on a current full kept result
     that decides it as declared; on a stale one, or one that is itself undecided or
     contrary, the test fails, for a plain claim and for a declared divergence alike."""
-    undecided = {"claim": "c", "verdict": "undecided", "detail": "40: 5 of 10 runs hold"}
-    unreached = {"claim": "c", "verdict": "not testable", "detail": "no senders = 2048.0 in the sweep"}
+    undecided = {"claim": "c", "verdict": "undecided", "detail": "40: 5 of 10 runs hold", "why": ""}
+    unreached = {"claim": "c", "verdict": "not testable", "detail": "no senders = 2048.0 in the sweep",
+                 "why": figures.UNREACHED}
     holds = {"verdict": "holds", "ours": "47: 900.0", "divergence": None, "stale": ""}
     for quick_verdict in (undecided, unreached):
         assert_claim(quick_verdict, holds) is None
@@ -298,12 +301,14 @@ def test_an_undecided_or_unreached_claim_is_judged_on_the_kept_result():
             assert_claim(quick_verdict, {**holds, "divergence": "why"})
     # runs that failed are not a point out of reach
     with pytest.raises(Undecided, match="no run of 200us finished"):
-        assert_claim({"claim": "c", "verdict": "not testable", "detail": "16: no run of 200us finished"}, holds)
+        assert_claim({"claim": "c", "verdict": "not testable", "detail": "16: no run of 200us finished",
+                      "why": figures.UNFINISHED}, holds)
     # the machine's clock, not the claim: skipped
     with pytest.raises(pytest.skip.Exception):
-        assert_claim({"claim": "c", "verdict": "not testable", "detail": "8 (8): 3 of 3 runs not faithful"}, holds)
+        assert_claim({"claim": "c", "verdict": "not testable", "detail": "8 (8): 3 of 3 runs not faithful",
+                      "why": figures.NOT_FAITHFUL}, holds)
     with pytest.raises(AssertionError):
-        assert_claim({"claim": "c", "verdict": "does not hold", "detail": "47: 300.0"}, holds)
+        assert_claim({"claim": "c", "verdict": "does not hold", "detail": "47: 300.0", "why": ""}, holds)
 
 
 def test_an_unknown_figure_is_refused():

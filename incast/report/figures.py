@@ -216,10 +216,18 @@ def judge(fig: Figure, table: pd.DataFrame) -> list[dict]:
     out = []
     limit = _limit(table) * PAYLOAD_SHARE
     for c in fig.claims:
-        verdict, detail, _ = _judge_claim(fig, table, c, limit)
-        out.append({"claim": c.text, "verdict": verdict, "detail": detail,
+        verdict, detail, _, why = _judge_claim(fig, table, c, limit)
+        out.append({"claim": c.text, "verdict": verdict, "detail": detail, "why": why,
                     "divergence": c.divergence})
     return out
+
+
+# Why a claim is not testable, for whoever acts on it (the suite defers an unreached
+# claim to the full kept result, skips one whose runs were not faithful on this machine,
+# and fails one whose runs did not finish).
+UNREACHED = "unreached"          # the sweep has none of the claim's points
+NOT_FAITHFUL = "not faithful"    # its runs were left out as not faithful
+UNFINISHED = "unfinished"        # no run of the point finished
 
 
 # A point decides a claim when the confidence interval of its median lies on one side
@@ -281,29 +289,30 @@ def point_verdict(runs: list[float], bound) -> str:
     return "split"
 
 
-def _judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tuple[str, str, list]:
+def _judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tuple[str, str, list, str]:
     """Each of the claim's points holds, fails or is split (incast.report.figures.
     point_verdict); the claim does not hold where any point fails, is undecided where
     none fails but some is split (the next repetitions could land on either side), and
-    holds where every point holds. Returns (verdict, detail, the split points' x)."""
+    holds where every point holds. Returns (verdict, detail, the split points' x, why a
+    claim is not testable: UNREACHED, NOT_FAITHFUL, UNFINISHED, or "")."""
     med = point_means(fig, table, c.metric)
     lo, hi = point_stats(fig, table, c.metric, "min"), point_stats(fig, table, c.metric, "max")
     n = point_stats(fig, table, c.metric, "count")
     every = {x for x in table[_col(fig.x)].dropna()} if _col(fig.x) in table else set()
     xs = sorted(x for x in every if (x == c.at if c.at is not None else x >= c.from_))
     if str(c.series) not in {str(s) for s in table.get(_col(fig.series), pd.Series(dtype=str)).unique()}:
-        return "not testable", f"no {fig.series} = {c.series} in the sweep", []
+        return "not testable", f"no {fig.series} = {c.series} in the sweep", [], UNREACHED
     if not xs:
         return ("not testable", f"no {fig.x} {'= ' + str(c.at) if c.at is not None else '>= ' + str(c.from_)} "
-                "in the sweep", [])
+                "in the sweep", [], UNREACHED)
     parts, failed, split, split_xs = [], [], [], []
     for x in xs:
         for s in filter(None, (c.series, c.below_series)):
             bad, runs = _unfaithful(fig, table, s, x)
             if bad and (s not in med.columns or x not in med.index or pd.isna(med.at[x, s])):
-                return "not testable", f"{x:g} ({s}): {bad} of {runs} runs not faithful", []
+                return "not testable", f"{x:g} ({s}): {bad} of {runs} runs not faithful", [], NOT_FAITHFUL
         if c.series not in med.columns or x not in med.index or pd.isna(med.at[x, c.series]):
-            return "not testable", f"{x:g}: no run of {c.series} finished", []
+            return "not testable", f"{x:g}: no run of {c.series} finished", [], UNFINISHED
         v = med.at[x, c.series]
         spread = f" [{lo.at[x, c.series]:.1f}-{hi.at[x, c.series]:.1f}, n={int(n.at[x, c.series])}]"
         bad, runs = _unfaithful(fig, table, c.series, x)
@@ -350,10 +359,10 @@ def _judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tu
     detail = "; ".join(parts)
     if failed:
         more = f" (undecided elsewhere: {'; '.join(split)})" if split else ""
-        return "does not hold", f"{detail}{more}", split_xs
+        return "does not hold", f"{detail}{more}", split_xs, ""
     if split:
-        return "undecided", f"{detail} (the runs disagree: {'; '.join(split)})", split_xs
-    return "holds", detail, []
+        return "undecided", f"{detail} (the runs disagree: {'; '.join(split)})", split_xs, ""
+    return "holds", detail, [], ""
 
 
 def undecided_points(fig: Figure, table: pd.DataFrame) -> list[tuple[str, float]]:
@@ -362,7 +371,7 @@ def undecided_points(fig: Figure, table: pd.DataFrame) -> list[tuple[str, float]
     limit = _limit(table) * PAYLOAD_SHARE
     points = []
     for c in fig.claims:
-        verdict, _, xs = _judge_claim(fig, table, c, limit)
+        verdict, _, xs, _ = _judge_claim(fig, table, c, limit)
         if verdict != "undecided":
             continue
         for x in xs:
