@@ -477,9 +477,10 @@ def plot(fig: Figure, table: pd.DataFrame, out: Path, quick: bool, fits: list = 
     ax.set_xlabel(fig.x)
     ax.set_ylabel("goodput (Mbit/s)")
     ax.set_ylim(0, limit * 1.08)
-    ax.set_title(f"{fig.paper}, {fig.figure}{' (quick)' if quick else ''}", fontsize=10)
+    import textwrap
+    ax.set_title(textwrap.fill(f"{fig.paper}, {fig.figure}{' (quick)' if quick else ''}", 95), fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(fontsize=8, loc="best")     # collapsing curves leave the top free, flat ones the bottom
     f.tight_layout()
     f.savefig(out, dpi=110)
     plt.close(f)
