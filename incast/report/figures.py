@@ -20,6 +20,7 @@ of the link), or ``below_series`` another curve by at least ``margin_mbps``.
 from __future__ import annotations
 
 import json
+import textwrap
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -477,7 +478,6 @@ def plot(fig: Figure, table: pd.DataFrame, out: Path, quick: bool, fits: list = 
     ax.set_xlabel(fig.x)
     ax.set_ylabel("goodput (Mbit/s)")
     ax.set_ylim(0, limit * 1.08)
-    import textwrap
     ax.set_title(textwrap.fill(f"{fig.paper}, {fig.figure}{' (quick)' if quick else ''}", 95), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")     # collapsing curves leave the top free, flat ones the bottom
