@@ -18,7 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FIELDS = ["target", "ports", "cw", "cells", "lut", "ff", "carry", "lutram", "bram36", "bram18", "bram", "dsp", "fit",
-          "fmax_mhz", "settings", "command", "commit"]
+          "fmax_mhz", "yosys", "settings", "command", "commit"]
 
 
 def main() -> int:

@@ -12,11 +12,13 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${INCAST_VENV:-/opt/incast/venv}
 with_p4=0
 with_kernels=1
+with_synth=0
 for arg in "$@"; do
   case "$arg" in
     --p4) with_p4=1 ;;   # also p4c and bmv2 (scripts/install-p4.sh)
+    --synth) with_synth=1 ;;   # also Yosys (pyosys) and nextpnr-ice40, for rtl/synth/synth.sh
     --no-kernels) with_kernels=0 ;;   # not the UML kernels (virtual time then skips)
-    *) echo "usage: setup.sh [--p4] [--no-kernels]" >&2; exit 2 ;;
+    *) echo "usage: setup.sh [--p4] [--synth] [--no-kernels]" >&2; exit 2 ;;
   esac
 done
 
@@ -33,6 +35,9 @@ apt_packages=(
   python3 python3-venv python3-pip python3-scapy python3-matplotlib python3-pandas
   python3-numpy python3-pytest python3-tqdm python3-pyroute2
 )
+# The switch's synthesis: nextpnr-ice40 places the iCE40 netlist (Yosys itself comes
+# from PyPI below: Debian's is too old to synthesize 16 ports in hours).
+if [ "$with_synth" = 1 ]; then apt_packages+=(nextpnr-ice40); fi
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -68,6 +73,10 @@ if [ ! -x "$venv/bin/python" ] || ! cmp -s "$here/requirements.txt" "$stamp"; th
   cp "$here/requirements.txt" "$stamp"
 fi
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$here"
+if [ "$with_synth" = 1 ]; then
+  "$venv/bin/pip" install -q --disable-pip-version-check --cert /etc/ssl/certs/ca-certificates.crt \
+    -r "$here/rtl/synth/requirements.txt"
+fi
 ln -sf "$venv/bin/incast" /usr/local/bin/incast
 # The compiled queue-telemetry recorder (libbpf); without it telemetry uses bpftrace.
 "$here/scripts/build-bpf.sh" || echo "setup: telemetry recorder not built; telemetry will use bpftrace" >&2

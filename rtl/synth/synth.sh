@@ -5,10 +5,25 @@
 #   rtl/synth/synth.sh xilinx  NPORTS [CW] [CELL_AW]  -> 7-series LUTs, FFs, block RAM (synth_xilinx)
 #   rtl/synth/synth.sh ice40   NPORTS [CW] [CELL_AW]  -> iCE40 (synth_ice40), then nextpnr-ice40's Fmax
 #
-# Each prints one JSON line: the target, the parameters, and what it counted. Work
-# files go to build/rtl/synth/ (never committed). The machine is shared: nice'd.
+# Each prints one JSON line: the target, the parameters, the Yosys that counted, and
+# what it counted. Work files go to build/rtl/synth/ (never committed). The machine is
+# shared: nice'd.
+#
+# Yosys: pyosys 0.70 in the testbed's venv, where `scripts/setup.sh --synth` puts it
+# (rtl/synth/yosys.py says why not Debian's), else $YOSYS or `yosys` on PATH.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
+python=${INCAST_VENV:-/opt/incast/venv}/bin/python
+if [ -z "${YOSYS:-}" ] && [ -x "$python" ] && "$python" -c "import pyosys" 2>/dev/null; then
+  yosys_p() { nice -n 19 "$python" "$repo/rtl/synth/yosys.py" "$1"; }
+  version=$("$python" "$repo/rtl/synth/yosys.py" -V)
+else
+  yosys=${YOSYS:-yosys}
+  command -v "$yosys" >/dev/null || { echo "synth: no Yosys (scripts/setup.sh --synth installs it)" >&2; exit 2; }
+  yosys_p() { nice -n 19 "$yosys" -p "$1"; }
+  version=$("$yosys" -V)
+fi
+version=$(grep -o 'Yosys [0-9][0-9.+a-z-]*' <<<"$version" | head -1)
 target=${1:?generic, xilinx or ice40}
 nports=${2:?ports}
 cw=${3:-8}
@@ -16,7 +31,6 @@ cell_aw=${4:-12}
 # A smaller switch for the iCE40's 7680 cells: short receive and transmit memories,
 # few forwarding entries, no per-queue counters.
 rx_aw=${RX_AW:-9}; tx_aw=${TX_AW:-9}; nmac=${NMAC:-16}; stats=${STATS:-1}; maxlen=${MAXLEN:-2048}
-command -v yosys >/dev/null || { echo "synth: yosys is not installed (apt-get install yosys; nextpnr-ice40 for ice40)" >&2; exit 2; }
 out=$repo/build/rtl/synth/$target-p$nports-c$cw-b$cell_aw-r$rx_aw-t$tx_aw-m$nmac-s$stats
 mkdir -p "$out"
 src="$repo/rtl/src/sync_fifo.sv $repo/rtl/src/port_rx.sv $repo/rtl/src/port_tx.sv $repo/rtl/src/incast_switch.sv"
@@ -38,7 +52,7 @@ case "$target" in
           memory -nomap; opt_clean; $i -run map_ram:; stat" ;;
   *) echo "synth: unknown target $target" >&2; exit 2 ;;
 esac
-nice -n 19 yosys -q -l "$out/yosys.log" -p "$read; $flow" >/dev/null
+yosys_p "$read; $flow" > "$out/yosys.log"
 fmax=null
 if [ "$target" = ice40 ] && command -v nextpnr-ice40 >/dev/null; then
   # 125 MHz asked for: the 1 Gbit/s ports' byte clock. nextpnr reports what it reached.
@@ -47,9 +61,9 @@ if [ "$target" = ice40 ] && command -v nextpnr-ice40 >/dev/null; then
   fmax=$(grep -oP "Max frequency for clock .*?: \K[0-9.]+" "$out/nextpnr.log" | tail -1 || true)
   fmax=${fmax:-null}
 fi
-python3 - "$out/yosys.log" "$target" "$nports" "$cw" "$cell_aw" "$fmax" <<'PY'
+python3 - "$out/yosys.log" "$target" "$nports" "$cw" "$cell_aw" "$fmax" "$version" <<'PY'
 import json, re, sys
-log, target, nports, cw, cell_aw, fmax = sys.argv[1:]
+log, target, nports, cw, cell_aw, fmax, version = sys.argv[1:]
 text = open(log).read()
 stat = text[text.rfind("Printing statistics"):]
 cells = {m.group(2): int(m.group(1)) for m in re.finditer(r"^\s+(\d+)\s+\$?(\S+)\s*$", stat, re.M)}
@@ -71,9 +85,11 @@ elif target == "ice40":
         use = dict(re.findall(r"^Info:\s+(ICESTORM_LC|ICESTORM_RAM|SB_IO):\s+(\d+/\s*\d+)", open(pnr).read(), re.M))
         counts["fit"] = " ".join(f"{k} {v.replace(' ', '')}" for k, v in use.items())
 else:
-    counts = {"cells": int(re.search(r"Number of cells:\s+(\d+)", stat).group(1)),
+    # "Number of cells: N" (Yosys 0.23) or "N cells" (0.70)
+    n = re.search(r"Number of cells:\s+(\d+)|^\s+(\d+) cells\s*$", stat, re.M)
+    counts = {"cells": int(n.group(1) or n.group(2)),
               "ff": total(["_DFF", "_SDFF", "_DFFE", "_SDFFE", "_SDFFCE", "_ALDFF"]),
               "mem": total(["$mem", "mem_v2"])}
 print(json.dumps({"target": target, "ports": int(nports), "cw": int(cw), "cells": 1 << int(cell_aw),
-                  **counts, "fmax_mhz": None if fmax == "null" else float(fmax)}))
+                  **counts, "fmax_mhz": None if fmax == "null" else float(fmax), "yosys": version}))
 PY
