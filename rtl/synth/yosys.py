@@ -21,11 +21,8 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
-    design = ys.Design()
-    # `yosys -p` splits its script on semicolons the same way
-    for command in (c.strip() for c in argv[1].split(";")):
-        if command:
-            ys.run_pass(command, design)
+    # Yosys splits the script on its semicolons itself, as for `yosys -p`
+    ys.run_pass(argv[1], ys.Design())
     return 0
 
 
