@@ -25,6 +25,7 @@ else
 fi
 version=$(grep -o 'Yosys [0-9][0-9.+a-z-]*' <<<"$version" | head -1)
 target=${1:?generic, xilinx or ice40}
+case "$target" in generic|xilinx|ice40) ;; *) echo "synth: unknown target $target (generic, xilinx or ice40)" >&2; exit 2 ;; esac
 nports=${2:?ports}
 cw=${3:-8}
 cell_aw=${4:-12}
