@@ -218,17 +218,23 @@ def test_bmv2_in_virtual_time_holds_100_mbits(tmp_path):
 def test_bmv2_pause_in_virtual_time_is_lossless(tmp_path, rate, payload_mbps):
     """FAST'08 section 5.4 on the P4 switch: with PAUSE, 8 servers through a 32 KiB port
     lose nothing and get near the link (within 15% of the payload limit), where without
-    it they collapse. (Measured: 100 Mbit/s 88.6-88.8 Mbit/s, 1 Gbit/s 841.9-878.5 Mbit/s:
+    it they collapse below half of it. (Measured: 100 Mbit/s 88.6-88.8 Mbit/s, 1 Gbit/s 841.9-878.5 Mbit/s:
     runs that differ in a few clock reads take different turns at XOFF. With UML's
     upstream 256 ns per clock read bmv2 was a slow switch: at 100 Mbit/s 72.7 Mbit/s
     and 26 drops, at 1 Gbit/s 34.6 Mbit/s and 126 drops; see incast.vm.uml.)"""
     from test_virtual_time import skip_reason
     if skip_reason("uml-stock"):
         pytest.skip(skip_reason("uml-stock"))
+    import pandas as pd
     plain = _virtual(tmp_path, "plain", "--senders", "8", rate=rate)
     paused = _virtual(tmp_path, "paused", "--senders", "8", "--pause", "on", rate=rate)
     numbers = {k: (plain[k], paused[k]) for k in ("goodput_mbps", "timeouts", "bottleneck_drops")}
-    assert plain["timeouts"] > 0 and plain["bottleneck_drops"] > 0, numbers      # the collapse
+    # The collapse: below half the link, with losses the senders waited out on a timer.
+    # Today's TCP waits on a tail loss probe as often as on the RTO (measured at 100 Mbit/s,
+    # ten runs: 9.3-39.7 Mbit/s, 0-4 timeouts and 11-21 loss probes a run), so both count.
+    probes = int(pd.read_parquet(f"{plain['run_dir']}/counters.parquet")["TCPLossProbes"].sum())
+    assert plain["bottleneck_drops"] > 0 and plain["timeouts"] + probes > 0, (numbers, probes)
+    assert plain["goodput_mbps"] < 0.5 * payload_mbps, numbers
     assert paused["bottleneck_drops"] == 0 and paused["drops"] == 0 and paused["timeouts"] == 0, numbers
     assert paused["goodput_mbps"] > 0.85 * payload_mbps, numbers
     assert paused["pause_frames_received"] > 0 and paused["switch_ingress_late_packets"] == 0, paused
