@@ -4,6 +4,7 @@
 #   rtl/synth/synth.sh generic NPORTS [CW] [CELL_AW]  -> Yosys's generic cells (synth)
 #   rtl/synth/synth.sh xilinx  NPORTS [CW] [CELL_AW]  -> 7-series LUTs, FFs, block RAM (synth_xilinx)
 #   rtl/synth/synth.sh ice40   NPORTS [CW] [CELL_AW]  -> iCE40 (synth_ice40), then nextpnr-ice40's Fmax
+#   HIER=1 rtl/synth/synth.sh xilinx ...                -> the same, the per-port modules kept apart
 #
 # Each prints one JSON line: the target, the parameters, the Yosys that counted, and
 # what it counted. Work files go to build/rtl/synth/ (never committed). The machine is
@@ -32,7 +33,15 @@ cell_aw=${4:-12}
 # A smaller switch for the iCE40's 7680 cells: short receive and transmit memories,
 # few forwarding entries, no per-queue counters.
 rx_aw=${RX_AW:-9}; tx_aw=${TX_AW:-9}; nmac=${NMAC:-16}; stats=${STATS:-1}; maxlen=${MAXLEN:-2048}
-out=$repo/build/rtl/synth/$target-p$nports-c$cw-b$cell_aw-r$rx_aw-t$tx_aw-m$nmac-s$stats
+# HIER=1 (7-series): the hierarchy kept, so the ports' receive and transmit logic is
+# synthesized once for all ports and counted once per instance, and Yosys holds one
+# port's netlist instead of 48 (flattened, 48 ports outgrew the VM's 24 GB). Nothing is
+# optimized across a port's boundary, so counts are a little above the flat flow's.
+hier=${HIER:-0}
+case "$hier" in 0) flatten=-flatten ;; 1) flatten= ;;
+  *) echo "synth: HIER is 0 or 1, not $hier" >&2; exit 2 ;; esac
+[ "$hier" = 0 ] || [ "$target" = xilinx ] || { echo "synth: HIER=1 is for the xilinx target" >&2; exit 2; }
+out=$repo/build/rtl/synth/$target-p$nports-c$cw-b$cell_aw-r$rx_aw-t$tx_aw-m$nmac-s$stats-h$hier
 mkdir -p "$out"
 src="$repo/rtl/src/sync_fifo.sv $repo/rtl/src/port_rx.sv $repo/rtl/src/port_tx.sv $repo/rtl/src/incast_switch.sv"
 params="-set NPORTS $nports -set CW $cw -set CELL_AW $cell_aw -set RX_AW $rx_aw -set TX_AW $tx_aw \
@@ -43,7 +52,7 @@ read="read_verilog -sv $src; chparam $params incast_switch"
 case "$target" in
   generic) flow="synth -top incast_switch -flatten -noshare; stat" ;;
   xilinx)
-    x="synth_xilinx -top incast_switch -flatten -family xc7"
+    x="synth_xilinx -top incast_switch $flatten -family xc7"
     flow="$x -run begin:coarse; techmap -map +/cmp2lut.v -map +/cmp2lcu.v -D LUT_WIDTH=6; alumacc; opt;
           memory -nomap; opt_clean; $x -run map_memory:; stat" ;;
   ice40)
@@ -67,8 +76,31 @@ import json, re, sys
 log, target, nports, cw, cell_aw, fmax, version = sys.argv[1:]
 text = open(log).read()
 stat = text[text.rfind("Printing statistics"):]
-cells = {m.group(2): int(m.group(1)) for m in re.finditer(r"^\s+(\d+)\s+\$?(\S+)\s*$", stat, re.M)}
-cells.update({m.group(1): int(m.group(2)) for m in re.finditer(r"^\s+(\S+)\s+(\d+)\s*$", stat, re.M)})
+# One section a module, its own cells ("N name"; Yosys 0.23 writes "name N") and the
+# instances of its submodules; with the hierarchy kept the design's count is the top's
+# cells plus each submodule's, times its instances, down the tree (Yosys's own
+# "design hierarchy" totals leave out the library cells it files as submodules).
+SUMMARY = {"wires", "cells", "ports", "submodules", "memories", "processes"}
+local = {}
+for m in re.finditer(r"^=== (.+?) ===$(.*?)(?=^=== |\Z)", stat, re.M | re.S):
+    if m.group(1) == "design hierarchy":
+        continue
+    counts = {}
+    for line in m.group(2).splitlines():
+        a = re.match(r"^\s+(\d+)\s+(\S+)\s*$", line) or re.match(r"^\s+(\S+)\s+(\d+)\s*$", line)
+        if a:
+            n, name = (a.group(1), a.group(2)) if a.group(1).isdigit() else (a.group(2), a.group(1))
+            if name not in SUMMARY:
+                counts[name.lstrip("$") if not name.startswith("$paramod") else name] = int(n)
+    local[m.group(1)] = counts
+def flat(module):
+    out = {}
+    for name, n in local[module].items():
+        for leaf, k in (flat(name).items() if name in local else [(name, 1)]):
+            out[leaf] = out.get(leaf, 0) + n * k
+    return out
+top = [m for m in local if m == "incast_switch" or m.endswith("\\incast_switch")]
+cells = flat(top[0]) if top else {}
 def total(prefixes):
     return sum(n for c, n in cells.items() if any(c.startswith(p) for p in prefixes))
 if target == "xilinx":
