@@ -218,8 +218,9 @@ def test_bmv2_in_virtual_time_holds_100_mbits(tmp_path):
 def test_bmv2_pause_in_virtual_time_is_lossless(tmp_path, rate, payload_mbps):
     """FAST'08 section 5.4 on the P4 switch: with PAUSE, 8 servers through a 32 KiB port
     lose nothing and get near the link (within 15% of the payload limit), where without
-    it they collapse below half of it. (Measured: 100 Mbit/s 88.6-88.8 Mbit/s, 1 Gbit/s 841.9-878.5 Mbit/s:
-    runs that differ in a few clock reads take different turns at XOFF. With UML's
+    it they collapse below half of it. (Measured: 100 Mbit/s 88.6-88.8 Mbit/s, 1 Gbit/s
+    841.9-878.5 Mbit/s: runs that differ in a few clock reads take different turns at
+    XOFF. With UML's
     upstream 256 ns per clock read bmv2 was a slow switch: at 100 Mbit/s 72.7 Mbit/s
     and 26 drops, at 1 Gbit/s 34.6 Mbit/s and 126 drops; see incast.vm.uml.)"""
     from test_virtual_time import skip_reason
