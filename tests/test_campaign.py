@@ -77,6 +77,24 @@ def test_a_change_to_the_rtl_switch_dates_rtl_points_only(monkeypatch):
 
 
 # --- bad input -------------------------------------------------------------------------
+def test_a_run_another_sweep_installed_first_is_done(tmp_path, monkeypatch):
+    """A sweep starting installs what killed sweeps left complete (Store.remove_stale),
+    and so may install a run of a live sweep that has just finished: that sweep takes it
+    as done, not as a run that failed with exit status 0."""
+    from incast.run import executors
+    store = points.Store(tmp_path / "store")
+
+    def run_then_another_sweep_starts(scenario_file, out, env=None):
+        out.mkdir()
+        (out / "summary.json").write_text("{}")
+        points.Store(store.root).remove_stale()
+        return 0, "", 0.1
+    monkeypatch.setattr(executors, "_incast_run", run_then_another_sweep_starts)
+    task = executors.Task(0, "k" * 20, "point", "", True)
+    [done] = executors.LocalExecutor(1).run([task], store)
+    assert done.ok and done.error is None and store.get(task.key) is not None
+
+
 def test_jobs_on_real_time_points_is_refused_without_force(tmp_path):
     r = incast_cmd("sweep", "--grid", "senders=1,2", *SMALL, "--jobs", "2", "--out", tmp_path / "s")
     assert r.returncode == 2, r.stderr

@@ -46,3 +46,39 @@ def test_a_labs_starter_replaces_only_its_regions_with_todos_and_stubs():
     import pytest
     with pytest.raises(ValueError, match="no region for lab 99"):
         p4program.lab_starter(99)
+
+
+def test_two_compiles_of_one_program_at_once_both_get_it(tmp_path, monkeypatch):
+    """Runs side by side (--jobs) each compile incast.p4 where the build directory lacks
+    it: each compiles into a directory of its own, and both find the one installed."""
+    import threading
+    from incast.dataplane import bmv2
+    started = threading.Barrier(2)
+    p4c = tmp_path / "p4c-bm2-ss"
+    # A stand-in p4c: writes its -o file; both compiles are in it at once (the barrier).
+    p4c.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'Version 1.2.3.7' >&2; exit 0; }\n"
+                   "while [ \"$1\" != -o ]; do shift; done; echo '{}' > \"$2\"\n")
+    p4c.chmod(0o755)
+    monkeypatch.setattr(bmv2, "BUILD_DIR", tmp_path / "build")
+    monkeypatch.setattr(bmv2, "tool", lambda name: str(p4c))
+    real_run = bmv2.subprocess.run
+
+    def run(cmd, **kw):
+        if "-o" in cmd:
+            started.wait(timeout=30)
+        return real_run(cmd, **kw)
+    monkeypatch.setattr(bmv2.subprocess, "run", run)
+    got, errors = [], []
+
+    def compile_once():
+        try:
+            got.append(bmv2.compile_program())
+        except Exception as e:          # the failure this guards against
+            errors.append(e)
+    threads = [threading.Thread(target=compile_once) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(got) == 2 and got[0] == got[1] and got[0].is_file(), errors
+    assert [p.name for p in (tmp_path / "build").iterdir()] == [got[0].parent.name]   # no work left

@@ -28,6 +28,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -117,21 +118,30 @@ def compile_program(program: Path = P4_SOURCE) -> Path:
         cached = sorted(BUILD_DIR.glob("*/incast.json"), key=lambda p: p.stat().st_mtime)
         src_hash = hashlib.sha256(source).hexdigest()
         for path in reversed(cached):
-            if (path.parent / "source.sha256").read_text().strip() == src_hash:
+            stamp = path.parent / "source.sha256"
+            if stamp.is_file() and stamp.read_text().strip() == src_hash:
                 return path
         raise MissingFeature(f"p4c is not installed (p4c-bm2-ss not on PATH) and {program.name} "
                              "has not been compiled before")
-    tmp = out_dir.with_suffix(".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    # A directory of this compile's own: runs side by side (--jobs) may compile the same
+    # program at once, and the first to finish installs it.
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=BUILD_DIR))
     r = subprocess.run([p4c, "--std", "p4-16", "--arch", "v1model", "-o", str(tmp / "incast.json"),
                         "--p4runtime-files", str(tmp / "incast.p4info.txt"), str(program)],
                        capture_output=True, text=True)
     if r.returncode:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise RuntimeError(f"p4c failed on {program}: {r.stderr.strip()[-2000:]}")
     (tmp / "source.sha256").write_text(hashlib.sha256(source).hexdigest() + "\n")
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tmp.rename(out_dir)
+    if not json_path.is_file():                     # no other compile installed it meanwhile
+        shutil.rmtree(out_dir, ignore_errors=True)  # what a killed compile left
+        try:
+            tmp.rename(out_dir)
+        except OSError:                             # another compile installed it just now
+            if not json_path.is_file():
+                raise
+    shutil.rmtree(tmp, ignore_errors=True)
     return json_path
 
 

@@ -141,16 +141,17 @@ def red_marking(limit: int, threshold: int, frame: int) -> str:
 
 def forwarding_commands(ports: list[Port], macs: dict[str, str]) -> list[str]:
     """bridge batch lines making the kernel bridges forward as the topology says
-    (dataplane.forwarding): a static FDB entry for every host on every switch, no
-    learning on trunks (a host's frames may arrive over a trunk its replies do not take),
-    and no floods on trunks off the spanning tree. `macs`: host -> MAC, in topology order."""
+    (dataplane.forwarding): a static FDB entry for every host on every switch, and no
+    floods on trunks off the spanning tree (KernelBridge.start turned learning off on
+    trunks: a host's frames may arrive over a trunk its replies do not take). `macs`:
+    host -> MAC, in topology order."""
     by_number = {(p.switch, p.number): p.name for p in ports}
     tree = flood_ports(ports)
     lines = []
     for p in ports:
         if p.trunk:
             # KernelBridge.start closed every trunk's floods; the tree's open again.
-            lines.append(f"link set dev {p.name} learning off "
+            lines.append(f"link set dev {p.name} "
                          + (OPEN_FLOODS if p.number in tree[p.switch] else CLOSED_FLOODS))
     for sw, table in next_hops(ports, list(macs)).items():
         for host, number in table.items():

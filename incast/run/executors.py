@@ -99,7 +99,13 @@ class LocalExecutor:
             rc, err, secs = _incast_run(f, out, env)
             ok = rc == 0 and is_complete(out)
             if ok:
-                store.install(task.key, out)
+                try:
+                    store.install(task.key, out)
+                except FileNotFoundError:
+                    # another sweep starting (Store.remove_stale) installed it first
+                    ok = store.get(task.key) is not None
+            elif rc == 0 and not out.exists() and store.get(task.key) is not None:
+                ok = True       # installed the same way before this sweep looked
             return Done(task, ok, None if ok else _error_line(rc, err), secs, err, "local")
         try:
             with ThreadPoolExecutor(max_workers=self.jobs) as pool:
