@@ -39,11 +39,11 @@ from pathlib import Path
 
 from incast.constants import DOC_RESULTS_DIR as RESULTS_DIR, DOCS_DIR, REPO
 from incast.errors import BadInput
+from incast.report.scoreboard import PAGE as SCOREBOARD_PAGE
 
-# docs/scoreboard.md is written whole from the kept results by incast.report.scoreboard
+# The scoreboard page is written whole from the kept results by incast.report.scoreboard
 # (tests/test_docs.py checks that it is current), so its tables are drawn, not typed.
-GENERATED = {DOCS_DIR / "scoreboard.md"}
-PAGES = [REPO / "README.md", *sorted(p for p in DOCS_DIR.rglob("*.md") if p not in GENERATED)]
+PAGES = [REPO / "README.md", *sorted(p for p in DOCS_DIR.rglob("*.md") if p != SCOREBOARD_PAGE)]
 
 BLOCK = re.compile(r"<!-- results: (?P<file>[\w.+-]+\.csv)(?: where (?P<col>\w+)=(?P<val>\S+))?(?: (?P<code>code|text))?\n"
                    r"(?P<spec>.*?)\n-->\n"
