@@ -101,6 +101,31 @@ def test_a_quick_retransmission_is_not_a_timeout(tmp_path):
     assert t.timeouts(tmp_path) == []
 
 
+def test_a_fast_retransmit_after_a_long_wait_is_not_a_timeout(tmp_path):
+    """With a microsecond floor a flow's timer can run past it before the third
+    duplicate ACK comes; the retransmission that answers that ACK (seen 50 us later,
+    after the host's egress delay) is a fast retransmit, not a timeout. One that leaves
+    long after the last duplicate ACK is still a timeout."""
+    floor, reaction = 200_000, (50 + explain.REACTION_US) * 1000      # ns
+    t = Trace().request(0.0)
+    for i in range(5):
+        t.data(0.1, i * 1000)
+    t.ack(0.2, 0).ack(0.3, 0).ack(0.6, 0)            # the first lost; the third dup ACK late
+    t.data(0.65, 0)                                  # fast retransmit, 50 us after it
+    t.ack(0.8, 5000)
+    for i in range(5, 9):
+        t.data(0.85, i * 1000)
+    t.ack(0.9, 5000).ack(0.95, 5000).ack(1.0, 5000)  # the sixth lost, three dup ACKs
+    t.data(2.0, 5000)                                # an RTO a millisecond after the last
+    path = tmp_path / "server.pcap"
+    wrpcap(str(path), t.frames)
+    found = explain.find_timeouts(explain.read_pcap(path), SERVER, floor, dupthresh=3, reaction_ns=reaction)
+    assert [(to["seq"], to["cause"]) for to in found] == [(5000, "other")]
+    # Without the rule the fast retransmit (550 us after the send, past the floor) counts too.
+    both = explain.find_timeouts(explain.read_pcap(path), SERVER, floor, dupthresh=3, reaction_ns=0)
+    assert [to["seq"] for to in both] == [0, 5000]
+
+
 def test_a_retransmission_deferred_in_the_host_queue_lowers_what_the_trace_must_show():
     """The kernel counts an RTO each time the timer fires; where the retransmission
     waited because the original was still in the host's queue, the timer fires again

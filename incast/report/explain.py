@@ -22,7 +22,12 @@ retransmission of a later segment; and, as Linux re-arms it where a tail loss pr
 armed, running from the segment's own latest transmission if that was earlier, though
 never from before its latest retransmission) has run for at least the run's effective RTO floor plus the flow's
 smoothed RTT as the trace measures it (Linux's RTO is at least srtt + rto_min), less a
-10% margin for timer slack: the flow waited out an RTO. Linux may send a tail loss probe
+10% margin for timer slack: the flow waited out an RTO. A retransmission that leaves
+right after an ACK came in (within the host's egress delay, link.delay and its
+jitter, which the capture sees it after, plus REACTION_US) answers that ACK (a fast
+retransmit on the third duplicate, or recovery going on after a timeout) and is not a
+timeout, however long the timer had run: with microsecond RTOs a flow's timer often
+runs longer than its floor before its third duplicate ACK comes. Linux may send a tail loss probe
 in the timeout's place at that moment (it caps the probe's timer at the RTO; with one
 segment in flight the probe is that segment), and counts it as TCPLossProbes, not
 TCPTimeouts; for the block, the wait is the same. So the trace's count is checked
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import json
 import struct
+import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +58,10 @@ from incast.errors import BadInput
 
 CAUSES = ("lost_retransmit", "last_packet", "full_window", "little_feedback", "other")
 FLOOR_MARGIN = 0.9
+# How soon after an ACK's arrival a retransmission it triggers leaves, beyond the
+# host's egress delay: in virtual time at once; on a loaded host in real time, tens of
+# microseconds.
+REACTION_US = 20
 COLUMNS = ["rep", "block", "measured", "server", "time_us", "seq", "dart", "sends_before", "wait_us",
            "cause", "decided_block"]
 
@@ -121,6 +131,7 @@ class _Flow:
     sends: dict = field(default_factory=dict)       # relative seq -> number of transmissions
     last_sent: dict = field(default_factory=dict)   # relative seq -> its latest transmission
     head_rtx_t: int = 0     # the latest retransmission of the first unacknowledged segment
+    ack_t: int | None = None        # the latest ACK's arrival
     fragment_starts: list = field(default_factory=list)
     timeouts: list = field(default_factory=list)
 
@@ -129,8 +140,11 @@ def _rel(seq: int, base: int) -> int:
     return (seq - base) % (1 << 32)
 
 
-def find_timeouts(segments: list[Segment], server_ip: str, floor_ns: int, dupthresh: int) -> list[dict]:
-    """Every retransmission timeout of the server's connections, classified."""
+def find_timeouts(segments: list[Segment], server_ip: str, floor_ns: int, dupthresh: int,
+                  reaction_ns: int = REACTION_US * 1000) -> list[dict]:
+    """Every retransmission timeout of the server's connections, classified.
+    reaction_ns: a retransmission leaving within this of an ACK's arrival answers it
+    (the host's egress delay plus REACTION_US)."""
     flows: dict[tuple, _Flow] = {}
     for s in segments:
         outgoing = s.src == server_ip
@@ -156,7 +170,8 @@ def find_timeouts(segments: list[Segment], server_ip: str, floor_ns: int, dupthr
                 f.first_sent.pop(rel + s.payload, None)   # Karn: no RTT sample from it
                 # Linux's RTO is at least srtt + rto_min (the minimum bounds rttvar); a
                 # tail loss probe fires after about 2 srtt, so this keeps most apart.
-                if rel == f.snd_una and wait >= (floor_ns + (f.srtt_ns or 0)) * FLOOR_MARGIN:
+                answers_ack = f.ack_t is not None and s.t_ns - f.ack_t <= reaction_ns
+                if rel == f.snd_una and not answers_ack and wait >= (floor_ns + (f.srtt_ns or 0)) * FLOOR_MARGIN:
                     f.timeouts.append({"t_ns": s.t_ns, "seq": rel, "len": s.payload, "dart": f.dup,
                                        "sends_before": f.sends.get(rel, 0), "wait_us": wait / 1000})
                 if rel == f.snd_una:                # the head resent: the timer restarts
@@ -173,6 +188,7 @@ def find_timeouts(segments: list[Segment], server_ip: str, floor_ns: int, dupthr
             if s.payload:                           # a request: the next fragment starts here
                 f.fragment_starts.append(f.snd_max)
             if s.flags & 0x10:
+                f.ack_t = s.t_ns
                 rel = _rel(s.ack, f.base)
                 if rel > f.snd_una and rel <= f.snd_max:
                     sent = f.first_sent.pop(rel, None)
@@ -216,6 +232,7 @@ class Explanation:
     # retransmission is deferred so is counted again when its timer fires once more,
     # and the wire shows one timeout where the kernel counted two.
     kernel_deferred: int | None = None
+    reaction_us: float = REACTION_US    # a retransmission this soon after an ACK answers it
 
     def table3(self) -> dict:
         m = self.timeouts[self.timeouts["measured"]]
@@ -261,7 +278,7 @@ class Explanation:
                  f"blocks                                 {t['blocks']:>6}",
                  f"  decided by a timeout                 {t['blocks_decided_by_a_timeout']:>6}",
                  f"(a timeout: the first unacked segment resent after {FLOOR_MARGIN:.0%} of "
-                 f"{self.floor_us:.0f} us + srtt of silence)"]
+                 f"{self.floor_us:.0f} us + srtt of silence, not within {self.reaction_us:.0f} us of an ACK)"]
         if t["consistent_with_kernel"] is False:
             low, high = self.allowed()
             lines.append(f"note: the trace finds {t['timeouts']} where the kernel's counts allow "
@@ -283,6 +300,7 @@ def explain(run_dir: Path) -> Explanation:
     blocks = pd.read_parquet(run_dir / "blocks.parquet")
     floor_ns = int(summary["rto_floor_us"] * 1000)
     dupthresh = _servers_dupthresh(run_dir)
+    reaction_ns = (_egress_delay_us(run_dir) + REACTION_US) * 1000
     offset = meta["realtime_minus_monotonic_ns"] + meta["t0_monotonic_ns"]
     rows = []
     ips = _server_ips(run_dir, applied)
@@ -291,7 +309,7 @@ def explain(run_dir: Path) -> Explanation:
         ip = ips.get(server)
         if ip is None:
             continue
-        for t in find_timeouts(read_pcap(pcap), ip, floor_ns, dupthresh):
+        for t in find_timeouts(read_pcap(pcap), ip, floor_ns, dupthresh, reaction_ns):
             rows.append({"server": server, "time_us": (t["t_ns"] - offset) / 1000, **t})
     df = pd.DataFrame(rows, columns=["server", "time_us", "t_ns", "seq", "len", "dart", "sends_before",
                                      "wait_us", "cause"])
@@ -320,7 +338,18 @@ def explain(run_dir: Path) -> Explanation:
     dropped = [h.get("dropped_by_kernel") for h in meta["hosts"].values()]
     return Explanation(df[COLUMNS], blocks, _kernel_count(run_dir, "TCPTimeouts"),
                        _kernel_count(run_dir, "TCPLossProbes"), None if None in dropped else sum(dropped),
-                       summary["rto_floor_us"], dupthresh, _kernel_count(run_dir, "TCPSpuriousRtxHostQueues"))
+                       summary["rto_floor_us"], dupthresh, _kernel_count(run_dir, "TCPSpuriousRtxHostQueues"),
+                       reaction_ns / 1000)
+
+
+def _egress_delay_us(run_dir: Path) -> int:
+    """The delay every host's egress adds (link.delay and its jitter, netem): the
+    capture sees a host's packets after it."""
+    path = run_dir / "scenario.toml"
+    if not path.is_file():
+        return 0
+    link = tomllib.loads(path.read_text()).get("link", {})
+    return int(link.get("delay") or 0) + int(link.get("jitter") or 0)
 
 
 def _servers_dupthresh(run_dir: Path) -> int:
