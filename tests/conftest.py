@@ -98,6 +98,17 @@ def faithful_rate_bps(senders: int) -> int:
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="builds network namespaces: run as root")
 
 
+def needs_uml(variant: str):
+    """Skip unless root and the UML kernel `variant` is built for the current inputs."""
+    from incast.vm import guest
+    reason = None
+    if os.geteuid() != 0:
+        reason = "User-Mode Linux runs as root here: run as root"
+    elif guest.kernel_dir(variant) is None:
+        reason = f"the {variant} kernel is not built for the current inputs: run kernels/build.sh --uml"
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
 @pytest.fixture
 def no_leftovers():
     """Fails the test if it leaves namespaces or run state behind; cleans them anyway."""
