@@ -22,6 +22,7 @@ import pandas as pd
 
 from incast.errors import BadInput
 from incast.report import figures
+from incast.report.reference import KEPT_FIGURES_DIR
 
 
 class AblationError(BadInput):
@@ -50,7 +51,7 @@ def narrowed(grid: dict[str, list[str]], at: dict[str, str]) -> dict[str, list[s
 
 
 def kept_table(name: str) -> pd.DataFrame | None:
-    path = figures.FIGURES_DIR.parent / "docs" / "figure-results" / name / "sweep.parquet"
+    path = KEPT_FIGURES_DIR / name / "sweep.parquet"
     return pd.read_parquet(path) if path.is_file() else None
 
 
@@ -119,8 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     kept = kept_table(fig.name)
     same = False
     if kept is not None:
-        made = json.loads((figures.FIGURES_DIR.parent / "docs" / "figure-results" / fig.name / "sweep.json")
-                          .read_text()).get("code", {})
+        made = json.loads((KEPT_FIGURES_DIR / fig.name / "sweep.json").read_text()).get("code", {})
         same = made == figures.code_versions()
     changes = ", ".join(f"{k}={v}" for k, v in changed.items()) or "nothing changed"
     print(f"{fig.name} with {changes} ({result.reused} of {result.runs} runs from the point store):")
