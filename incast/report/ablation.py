@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from incast.errors import BadInput
-from incast.report import figures
+from incast.report import figures, scoreboard
 from incast.report.reference import KEPT_FIGURES_DIR
 
 
@@ -120,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     kept = kept_table(fig.name)
     same = False
     if kept is not None:
-        made = json.loads((KEPT_FIGURES_DIR / fig.name / "sweep.json").read_text()).get("code", {})
-        same = made == figures.code_versions()
+        meta = json.loads((KEPT_FIGURES_DIR / fig.name / "sweep.json").read_text())
+        planes = sorted(set(kept["dataplane"].dropna())) if "dataplane" in kept else ["linux"]
+        same = not scoreboard.stale_code(meta, planes)
     changes = ", ".join(f"{k}={v}" for k, v in changed.items()) or "nothing changed"
     print(f"{fig.name} with {changes} ({result.reused} of {result.runs} runs from the point store):")
     for line in lines(ablated, kept, list(grid), same):

@@ -55,6 +55,7 @@ from incast.measure.capture import CAPTURE_DIR, META
 from incast.measure.results import complete_run
 
 from incast.errors import BadInput
+from incast.scenario import build
 
 CAUSES = ("lost_retransmit", "last_packet", "full_window", "little_feedback", "other")
 FLOOR_MARGIN = 0.9
@@ -299,8 +300,10 @@ def explain(run_dir: Path) -> Explanation:
     applied = json.loads((run_dir / "tcp_hosts.json").read_text()) if (run_dir / "tcp_hosts.json").is_file() else {}
     blocks = pd.read_parquet(run_dir / "blocks.parquet")
     floor_ns = int(summary["rto_floor_us"] * 1000)
-    dupthresh = _servers_dupthresh(run_dir)
-    reaction_ns = (_egress_delay_us(run_dir) + REACTION_US) * 1000
+    scenario = build(tomllib.loads((run_dir / "scenario.toml").read_text()))
+    dupthresh = scenario.tcp.for_host("servers").dupack_threshold   # the servers' profile's
+    # The capture sees a host's packets after its egress delay (netem: delay and jitter).
+    reaction_ns = ((scenario.link.delay or 0) + (scenario.link.jitter or 0) + REACTION_US) * 1000
     offset = meta["realtime_minus_monotonic_ns"] + meta["t0_monotonic_ns"]
     rows = []
     ips = _server_ips(run_dir, applied)
@@ -340,25 +343,6 @@ def explain(run_dir: Path) -> Explanation:
                        _kernel_count(run_dir, "TCPLossProbes"), None if None in dropped else sum(dropped),
                        summary["rto_floor_us"], dupthresh, _kernel_count(run_dir, "TCPSpuriousRtxHostQueues"),
                        reaction_ns / 1000)
-
-
-def _egress_delay_us(run_dir: Path) -> int:
-    """The delay every host's egress adds (link.delay and its jitter, netem): the
-    capture sees a host's packets after it."""
-    path = run_dir / "scenario.toml"
-    if not path.is_file():
-        return 0
-    link = tomllib.loads(path.read_text()).get("link", {})
-    return int(link.get("delay") or 0) + int(link.get("jitter") or 0)
-
-
-def _servers_dupthresh(run_dir: Path) -> int:
-    """The duplicate-ACK threshold the servers ran with (their profile's)."""
-    import tomllib
-
-    from incast.scenario import build
-    scenario = build(tomllib.loads((run_dir / "scenario.toml").read_text()))
-    return scenario.tcp.for_host("servers").dupack_threshold
 
 
 def _server_ips(run_dir: Path, applied: dict) -> dict[str, str]:
