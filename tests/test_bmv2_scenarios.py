@@ -41,7 +41,19 @@ def _bmv2_present():
 
 @pytest.fixture(scope="module")
 def measure(tmp_path_factory):
-    return measurer(BASE, tmp_path_factory.mktemp("bmv2"))
+    """Claims rest on faithful runs only. In real time bmv2 is a process that shares the
+    machine's two cores with the hosts: on a busy machine its ingress falls behind (in CI:
+    615 of 8523 packets waited over 1 ms, against 1-3 % on an idle one), and the run says
+    so itself. Such a run is made again once; if neither was faithful the test skips with
+    the runs' reasons, since what it would judge is the machine's load, not the switch."""
+    m = measurer(BASE, tmp_path_factory.mktemp("bmv2"), faithful_attempts=2)
+
+    def faithful(**flags):
+        try:
+            return m(**flags)
+        except NotFaithful as e:
+            pytest.skip(f"this machine cannot run bmv2 faithfully in real time now: {e}")
+    return faithful
 
 
 def test_bmv2_collapse_with_200ms_rto(measure):
@@ -59,8 +71,8 @@ def test_bmv2_collapse_with_200ms_rto(measure):
     assert many["backlog_drops"] == 0, many
     assert many["retransmits"] <= 1.2 * many["drops"] + 10, many
     # bmv2 kept up: few packets waited over 1 ms before its ingress (measured: ~1-3 %,
-    # scheduling hiccups; 43 % at 12 servers x 100 Mbit/s with PAUSE).
-    import pandas as pd
+    # scheduling hiccups; 43 % at 12 servers x 100 Mbit/s with PAUSE). A faithful run
+    # implies it (bmv2.LATE_SHARE); asserted here on the run's own tables.
     queues = pd.read_parquet(f"{many['run_dir']}/queues.parquet")
     assert many["switch_ingress_late_packets"] < 0.05 * queues["sent_packets"].sum(), many
     # Once the run is over, the program's occupancy registers are back to zero: no
@@ -88,22 +100,13 @@ def test_bmv2_recovery_with_lowest_rto_min(measure):
     assert fast["block_ms_max"] < 200 <= slow["block_ms_max"], (slow, fast)
 
 
-@pytest.fixture(scope="module")
-def measure_faithful(tmp_path_factory):
-    return measurer(BASE, tmp_path_factory.mktemp("bmv2-faithful"), faithful_attempts=2)
-
-
-def test_bmv2_pause_removes_the_collapse(measure, measure_faithful):
+def test_bmv2_pause_removes_the_collapse(measure):
     plain = measure(senders=SENDERS, **JUDGED)
-    try:
-        paused = measure_faithful(senders=SENDERS, pause="on")
-    except NotFaithful as e:
-        # Only runs flagged not faithful skip (a run that fails fails): they say
-        # themselves that their losses are the emulator's (bmv2's ingress lagged longer
-        # than the headroom above XOFF covers), so losslessness cannot be judged on this
-        # machine in real time. Virtual time judges it
-        # (test_bmv2_pause_in_virtual_time_at_100_mbits).
-        pytest.skip(f"this machine cannot run PAUSE on bmv2 faithfully in real time: {e}")
+    # Only runs flagged not faithful skip (a run that fails fails): they say themselves
+    # that their losses are the emulator's (bmv2's ingress lagged longer than the headroom
+    # above XOFF covers), so losslessness cannot be judged on this machine in real time.
+    # Virtual time judges it (test_bmv2_pause_in_virtual_time_is_lossless).
+    paused = measure(senders=SENDERS, pause="on")
     # Measured: 8.6 Mbit/s, 0 drops in most runs, 1 in some (against ~120 without
     # PAUSE); one drop that costs a 200 ms timeout leaves ~7 Mbit/s.
     assert paused["goodput_mbps"] >= 1.5 * plain["goodput_mbps"], (plain, paused)
