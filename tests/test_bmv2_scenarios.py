@@ -42,7 +42,7 @@ def _bmv2_present():
 @pytest.fixture(scope="module")
 def measure(tmp_path_factory):
     """Claims rest on faithful runs only. In real time bmv2 is a process that shares the
-    machine's two cores with the hosts: on a busy machine its ingress falls behind (in CI:
+    machine's two cores with the hosts: on a busy machine its ingress falls behind (once
     615 of 8523 packets waited over 1 ms, against 1-3 % on an idle one), and the run says
     so itself. Such a run is made again once; if neither was faithful the test skips with
     the runs' reasons, since what it would judge is the machine's load, not the switch."""
