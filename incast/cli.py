@@ -266,6 +266,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_campaign_args(p)
     p.set_defaults(func=lambda a: __import__("incast.report.figures", fromlist=["cmd_figure"]).cmd_figure(a))
 
+    p = sub.add_parser("catalog", help="make again the kept figures a changed setting or today's code dates "
+                                       "(docs/figure-results, the scoreboard, the doc tables)")
+    p.add_argument("names", nargs="*", metavar="NAME", help="these figures (default: those dated)")
+    p.add_argument("--all", action="store_true", help="every figure")
+    p.add_argument("--dry-run", action="store_true", help="say which figures, and why; make nothing")
+    p.add_argument("--out", help="where the figures are made (default results/catalog-COMMIT)")
+    p.add_argument("--jobs", type=int, metavar="N", help="runs at once (default: one per core)")
+    p.add_argument("--executor", metavar="WHERE",
+                   help="local (default), dask://HOST:PORT or a Dask scheduler file: where points run")
+    p.set_defaults(func=lambda a: __import__("incast.report.catalog", fromlist=["cmd_catalog"]).cmd_catalog(a))
+
     p = sub.add_parser("lab", help="teaching labs: list them, or check a student's answers")
     p.add_argument("action", choices=["list", "check", "starter"],
                    help="list; check N [ANSWERS]; starter N [DIR] (a P4 lab's program to complete)")

@@ -287,3 +287,45 @@ def test_no_faithful_rate_says_why_and_what_to_do():
     assert "\n" not in line
     assert "a CPU saturated (100% busy at normal priority)" in line and "40% of the CPUs" in line
     assert "--clock virtual" in line and "incast calibrate --force" in line
+
+
+BUSY = {"rates_bps": {"1": 0, "16": 0}, "trials": [{"reasons": ["a link below its rate"]}],
+        "load": {"cpu_others": 0.3, "cpu_others_top": "linux 30%"}}
+
+
+def test_a_calibration_made_on_a_busy_machine_is_not_reused_once_it_is_quiet(monkeypatch):
+    """A cached calibration made beside other work (a third of the CPUs, say) is
+    measured again once the machine is quiet; kept while it is still busy; one made
+    on a quiet machine is kept either way."""
+    from incast.errors import MissingFeature
+    from incast.measure import fidelity as fid
+    from incast.run import calibrate
+    cache = {"c": BUSY}
+    monkeypatch.setattr(calibrate, "cached", lambda: cache["c"])
+    # measuring again needs the link monitor: without it, calibrate() says so, which is
+    # how this test sees that it would measure
+    monkeypatch.setattr(fid, "monitor_binary", lambda: None)
+    monkeypatch.setattr(calibrate, "others_now", lambda: 0.0)
+    with pytest.raises(MissingFeature, match="needs the link monitor"):
+        calibrate.calibrate()
+    monkeypatch.setattr(calibrate, "others_now", lambda: 0.4)
+    assert calibrate.calibrate() is BUSY
+    cache["c"] = {**BUSY, "load": {"cpu_others": 0.01}}
+    monkeypatch.setattr(calibrate, "others_now", lambda: 0.0)
+    assert calibrate.calibrate() is cache["c"]
+
+
+def test_no_faithful_rate_on_a_busy_machine_skips_and_on_a_quiet_one_fails(monkeypatch):
+    from incast.measure.calibration import NoFaithfulRate
+    from incast.run import calibrate
+    monkeypatch.setattr(calibrate, "calibrate", lambda: BUSY)
+    with pytest.raises(pytest.skip.Exception, match="other processes at normal priority 30%"):
+        faithful_rate_bps(16)
+    monkeypatch.setattr(calibrate, "calibrate", lambda: {**BUSY, "load": {"cpu_others": 0.0}})
+    with pytest.raises(NoFaithfulRate):
+        faithful_rate_bps(16)
+
+
+def test_the_share_other_processes_take_now_is_measured():
+    from incast.measure import cpu
+    assert 0.0 <= cpu.others_now(0.2) <= 1.0

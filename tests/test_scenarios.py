@@ -56,6 +56,7 @@ def test_recovery_with_lowest_rto_min(measure):
     assert fast["goodput_mbps"] >= 3 * slow["goodput_mbps"], (slow, fast)
 
 
+@pytest.mark.long       # an onset search: up to 30 real-time runs
 def test_doubling_the_buffer_delays_the_collapse(measure):
     small = onset(measure, range(2, 17), buffer="32KiB")
     large = onset(measure, range(2, 17), buffer="64KiB")
@@ -69,6 +70,7 @@ def test_larger_sru_raises_goodput(measure):
     assert large["goodput_mbps"] > 1.5 * small["goodput_mbps"], (small, large)
 
 
+@pytest.mark.long       # an onset search: up to 30 real-time runs
 def test_qos_partitioning_collapses_earlier(measure):
     one_queue = onset(measure, range(2, 17), buffer="64KiB", qos_queues=1)
     four_queues = onset(measure, range(2, 17), buffer="64KiB", qos_queues=4)

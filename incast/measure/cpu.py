@@ -39,6 +39,7 @@ in the fidelity object says which case a run was in.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 from incast.measure.instrument import Instrument, Readings
@@ -163,6 +164,14 @@ def use(before: Snapshot | None, after: Snapshot | None) -> dict:
             "cpu_others_top": ", ".join(f"{name} {100 * t / total_all:.0f}%" for name, t in top
                                         if t / total_all >= 0.01),
             "cpu_steal": round(steal_all / total_all, 3), "sched_autogroup": autogroup_enabled()}
+
+
+def others_now(seconds: float = 1.0) -> float:
+    """The share of the CPUs other processes at normal priority take now (``cpu_others``
+    over `seconds`; this process's tree is not "other")."""
+    before = snapshot()
+    time.sleep(seconds)         # a sampling interval, not a wait for an event
+    return use(before, snapshot()).get("cpu_others", 0.0)
 
 
 def autogroup_enabled() -> bool | None:

@@ -42,11 +42,12 @@ def kept(name: str):
     return pd.read_parquet(folder / "sweep.parquet"), meta
 
 
-def stale(fig, meta: dict, planes=("linux",)) -> str:
+def stale(fig, meta: dict) -> str:
     """Why a kept result no longer shows what the figure runs (empty: it does): the
-    sweep file's settings or the figure's (its testbed's included) changed since, or
-    the code its runs executed (the point store's code version, of each data plane
-    in `planes`) is not today's."""
+    sweep file's settings or the figure's (its testbed's included) changed since. Whether
+    today's code still gives it is asked of the code, not of its bytes: fresh runs at
+    its claims' deciding points (incast.report.check, run by the test suite); the code
+    version it records is its provenance."""
     data, overrides, _, _ = figures.plan(fig, bool(meta.get("quick")))
     if meta.get("base") is not None and meta["base"] != data:
         return "its sweep file changed since"
@@ -54,7 +55,7 @@ def stale(fig, meta: dict, planes=("linux",)) -> str:
         changed = sorted(k for k in set(overrides) | set(meta["overrides"])
                          if overrides.get(k) != meta["overrides"].get(k))
         return "made with other settings (" + ", ".join(changed) + ")"
-    return stale_code(meta, planes)
+    return ""
 
 
 def stale_code(meta: dict, planes) -> str:
@@ -84,10 +85,7 @@ def rows() -> list[dict]:
             v = verdicts[i] if verdicts else {"verdict": "no kept result", "detail": ""}
             paper = numbers.get((c.series, c.at)) if c.at is not None else None
             meta = result[1] if result else {}
-            # (a row without one ran on the default plane)
-            planes = sorted({d if isinstance(d, str) else DEFAULT_PLANE for d in result[0]["dataplane"]}
-                            if result and "dataplane" in result[0] else [DEFAULT_PLANE])
-            why_stale = stale(fig, meta, planes) if result else ""
+            why_stale = stale(fig, meta) if result else ""
             out.append({"figure": name, "paper": fig.paper, "figure_title": fig.figure, "index": i,
                         "claim": c.text, "paper_number": paper, "verdict": v["verdict"],
                         "ours": v["detail"], "divergence": c.divergence,
@@ -108,7 +106,9 @@ def page() -> str:
              f"**{len(r)} claims:** " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
              + f"; {declared} declared divergences; "
              f"{len({x['figure'] for x in r if x['stale']})} figures' kept results are stale "
-             "(made with settings the figure no longer has, or by code that has changed since).", "",
+             "(made with settings the figure no longer has). Whether today's code still gives each kept "
+             "result is checked by fresh runs where its claims are decided "
+             "([kept results checked by what the code does](figures.md#kept-results-checked-by-what-the-code-does)).", "",
              "| figure | claim (the paper) | paper's number | ours: median [min-max, runs] | verdict | "
              "kept result |", "|---|---|---|---|---|---|"]
     for x in r:

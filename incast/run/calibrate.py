@@ -36,8 +36,10 @@ from pathlib import Path
 import numpy as np
 
 from incast import scenario as scn
-from incast.measure.calibration import (CACHE_DIR, LADDER_MBPS, cache_key, cache_path, cached,  # noqa: F401
-                                        describe, faithful_rate, machine, resolve_auto_rate)
+from incast.measure.calibration import (BUSY_SHARE, CACHE_DIR, LADDER_MBPS, cache_key, cache_path,  # noqa: F401
+                                        cached, describe, faithful_rate, load_line, machine, made_busy,
+                                        resolve_auto_rate)
+from incast.measure.cpu import others_now
 from incast.measure.fidelity import MIN_SERVICE_RATIO
 
 SENDER_COUNTS = (1, 16, 64)
@@ -97,11 +99,16 @@ def _trial(senders: int, mbps: int, workdir: Path) -> dict:
 
 
 def calibrate(log=lambda msg: None, force: bool = False) -> dict:
-    """The machine's calibration: from the cache, or measured now (and cached)."""
+    """The machine's calibration: from the cache, or measured now (and cached). One made
+    beside other work (calibration.made_busy) is measured again once the machine is
+    quiet: a busy machine's rates would hold every later run down, or leave none."""
     if not force:
         c = cached()
-        if c is not None:
+        if c is not None and not (made_busy(c) and others_now() < BUSY_SHARE):
             return c
+        if c is not None:
+            log(f"calibrate: the cached calibration was made beside other work ({load_line(c['load'])}); "
+                "the machine is quiet now: measuring again")
     from incast.measure.fidelity import monitor_binary
     from incast.errors import MissingFeature
     if monitor_binary() is None:
