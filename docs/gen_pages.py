@@ -1,9 +1,9 @@
 """Run by mkdocs (the gen-files plugin) at every build: the pages made from the code
-(incast/report/reference.py). Nothing it writes is kept in docs/."""
+(incast/pages/reference.py). Nothing it writes is kept in docs/."""
 import mkdocs_gen_files
 
 from incast.cli import flags
-from incast.report import reference
+from incast.pages import reference
 
 for path, text in reference.pages(flags()).items():
     with mkdocs_gen_files.open(path, "w") as f:

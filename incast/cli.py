@@ -264,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="runs a point may get while a claim it tests is undecided (6, 10, then 20; "
                         "default 20; the figure's own repeat turns it off)")
     _add_campaign_args(p)
-    p.set_defaults(func=lambda a: __import__("incast.report.figures", fromlist=["cmd_figure"]).cmd_figure(a))
+    p.set_defaults(func=lambda a: __import__("incast.campaign.make", fromlist=["cmd_figure"]).cmd_figure(a))
 
     p = sub.add_parser("catalog", help="make again the kept figures a changed setting or today's code dates "
                                        "(docs/figure-results, the scoreboard, the doc tables)")
@@ -275,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, metavar="N", help="runs at once (default: one per core)")
     p.add_argument("--executor", metavar="WHERE",
                    help="local (default), dask://HOST:PORT or a Dask scheduler file: where points run")
-    p.set_defaults(func=lambda a: __import__("incast.report.catalog", fromlist=["cmd_catalog"]).cmd_catalog(a))
+    p.set_defaults(func=lambda a: __import__("incast.pages.catalog", fromlist=["cmd_catalog"]).cmd_catalog(a))
 
     p = sub.add_parser("lab", help="teaching labs: list them, or check a student's answers")
     p.add_argument("action", choices=["list", "check", "starter"],

@@ -191,10 +191,10 @@ def record_phases(rows, path):
 
 def keep(rows, path):
     """Keep a step's table as the documentation draws it (docs/results/,
-    incast.report.doc_tables), each row with this command and the commit the code was at."""
+    incast.pages.doc_tables), each row with this command and the commit the code was at."""
     import pandas as pd
     from incast.errors import BadInput
-    from incast.report.doc_tables import code_commit
+    from incast.pages.doc_tables import code_commit
     try:
         commit = code_commit()
     except BadInput as e:
@@ -208,7 +208,7 @@ def keep(rows, path):
     table = pd.DataFrame(rows)
     table["command"], table["commit"] = "scripts/benchmark.py " + " ".join(argv), commit
     table.to_csv(path, index=False, float_format="%.1f")
-    print(f"  recorded in {path}; python -m incast.report.doc_tables redraws the pages")
+    print(f"  recorded in {path}; python -m incast.pages.doc_tables redraws the pages")
 
 
 def figure1(tmp, jobs):

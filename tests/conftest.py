@@ -205,9 +205,9 @@ def faithful_or_fail(runs: list[dict], what: str):
 
 @pytest.fixture(scope="session")
 def check_runner(pytestconfig):
-    """Runs a kept result's check points (incast.report.check) through the machine's
+    """Runs a kept result's check points (incast.campaign.check) through the machine's
     point store, one run per core (virtual time: runs side by side do not disturb each
     other's results)."""
-    from incast.report import check
+    from incast.campaign import check
     from incast.run import points
     return check.sweep_runner(store=points.Store(pytestconfig._incast_check_points))

@@ -1,4 +1,4 @@
-"""python -m incast.report.ablation: a figure's setting with its grid narrowed and one
+"""python -m incast.campaign.ablation: a figure's setting with its grid narrowed and one
 setting changed, as the divergences' ablations are made."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, needs_uml
-from incast.report import ablation
+from incast.campaign import ablation
 
 
 def test_the_grid_is_narrowed_to_fields_it_has():
@@ -34,7 +34,7 @@ def test_each_point_is_shown_beside_the_kept_result():
 
 
 def test_a_bad_setting_is_refused_before_anything_runs(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "incast.report.ablation", "sigcomm09-fig1", "--at", "senders=47",
+    r = subprocess.run([sys.executable, "-m", "incast.campaign.ablation", "sigcomm09-fig1", "--at", "senders=47",
                         "--set", "switch.buffer=huge", "--out", str(tmp_path / "a")],
                        cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 2 and "switch.buffer: not a size" in r.stderr, r.stderr
@@ -46,7 +46,7 @@ def test_an_ablation_runs_the_figures_setting_with_the_change(tmp_path, no_lefto
     """Figure 1's testbed at one server, two blocks, the port's buffer changed: the
     sweep keeps what was changed, and each run is the figure's setting with it."""
     env = {**os.environ, "INCAST_POINTS": str(tmp_path / "points")}     # a store of its own
-    r = subprocess.run([sys.executable, "-m", "incast.report.ablation", "sigcomm09-fig1", "--at", "senders=1",
+    r = subprocess.run([sys.executable, "-m", "incast.campaign.ablation", "sigcomm09-fig1", "--at", "senders=1",
                         "--at", "rto_min=200us", "--set", "switch.buffer=128KiB", "--set", "workload.blocks=2",
                         "--repeat", "1", "--out", str(tmp_path / "a")],
                        cwd=REPO, capture_output=True, text=True, env=env, timeout=900)

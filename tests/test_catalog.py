@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from conftest import incast_cmd
-from incast.report import catalog, check, figures, scoreboard
+from incast.campaign import check, figure, kept
+from incast.pages import catalog
 
 
 def git(repo, *args):
@@ -55,19 +56,19 @@ def test_a_figure_is_dated_by_its_settings_or_by_the_check(monkeypatch):
     """A kept result made with other settings is dated without a run; one whose check
     disagrees is dated naming the points; one that agrees is not."""
     name = "sigcomm09-fig1"
-    table, meta = check.kept(name)
+    table, meta = kept.full(name)
     outcomes = {}
 
     def fake_check(n, run=None, alter=None, log=None):
         return check.FigureCheck(n, [check.PointCheck("200us", 47.0, (1,), [1.0], [2.0], 1e-6, {},
                                                       outcomes[n], "")])
     monkeypatch.setattr(check, "check_figure", fake_check)
-    monkeypatch.setattr(figures, "missing", lambda fig: [])
+    monkeypatch.setattr(figure, "missing", lambda fig: [])
     outcomes[name] = "agrees"
     assert catalog.dated([name]) == []
     outcomes[name] = "disagrees"
     assert catalog.dated([name]) == [(name, "today's code disagrees at 200us 47")]
-    monkeypatch.setattr(scoreboard, "stale", lambda fig, meta: "made with other settings (switch.buffer)")
+    monkeypatch.setattr(kept, "stale", lambda fig, meta: "made with other settings (switch.buffer)")
     assert catalog.dated([name]) == [(name, "made with other settings (switch.buffer)")]
 
 
@@ -77,7 +78,7 @@ def test_a_kept_result_records_its_commit_command_time_and_machine(tmp_path, mon
     pd.DataFrame({"goodput_mbps": [1.0, 2.0], "host_seconds": [3.5, 4.0]}).to_parquet(made / "sweep.parquet")
     (made / "sweep.json").write_text(json.dumps({"figure": "x", "commit": "old", "uncommitted_changes": True}))
     (made / "figure.png").write_bytes(b"png")
-    monkeypatch.setattr(scoreboard, "KEPT_FIGURES_DIR", tmp_path / "kept")
+    monkeypatch.setattr(kept, "KEPT_FIGURES_DIR", tmp_path / "kept")
     dest = catalog.keep("x", made, "c0ffee", "incast catalog --all", 12.34)
     meta = json.loads((dest / "sweep.json").read_text())
     assert meta["commit"] == "c0ffee" and meta["uncommitted_changes"] is False

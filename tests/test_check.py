@@ -1,4 +1,4 @@
-"""Kept results checked by what today's code does (incast.report.check): the rank-sum
+"""Kept results checked by what today's code does (incast.campaign.check): the rank-sum
 test and the two looks, their false alarm shown by simulation; every full kept result
 checked by fresh runs at its claims' deciding points; and a change in behaviour (a port
 buffer a quarter larger, the 200 ms RTOmin halved) caught, naming the figure."""
@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 
 from conftest import needs_root
-from incast.report import check, figures
+from incast.campaign import check, figure, judge, kept
 
-FIG = figures.Figure(paper="P", figure="F", caption="c", sweep="s.toml", series="rto_min", claims=[
+FIG = figure.Figure(paper="P", figure="F", caption="c", sweep="s.toml", series="rto_min", claims=[
     {"text": "recovery", "series": "200us", "at": 16, "above": 0.85},
     {"text": "gap", "series": "200ms", "at": 16, "below_series": "200us", "margin_mbps": 100}])
-BOUND = 0.85 * 1000 * figures.PAYLOAD_SHARE
+BOUND = 0.85 * 1000 * judge.PAYLOAD_SHARE
 
 
 def table(rows):
@@ -26,20 +26,20 @@ def table(rows):
 
 def test_the_rank_sum_p_is_exact():
     # six against six wholly apart: 2 of the C(12, 6) orderings are as extreme
-    assert check.rank_sum_p([7.0] * 1 + [8, 9, 10, 11, 12], [1, 2, 3, 4, 5, 6]) == pytest.approx(2 / comb(12, 6))
-    assert check.rank_sum_p([1, 2, 3], [1, 2, 3]) == 1.0
+    assert judge.rank_sum_p([7.0] * 1 + [8, 9, 10, 11, 12], [1, 2, 3, 4, 5, 6]) == pytest.approx(2 / comb(12, 6))
+    assert judge.rank_sum_p([1, 2, 3], [1, 2, 3]) == 1.0
     # one swap: U = 1 of 36, P(U <= 1) = 2 / 924
-    assert check.rank_sum_p([6, 8, 9, 10, 11, 12], [1, 2, 3, 4, 5, 7]) == pytest.approx(4 / comb(12, 6))
+    assert judge.rank_sum_p([6, 8, 9, 10, 11, 12], [1, 2, 3, 4, 5, 7]) == pytest.approx(4 / comb(12, 6))
     # ties count half and make it no less conservative: identical runs never differ
-    assert check.rank_sum_p([907.47] * 6, [907.47] * 20) == 1.0
-    assert check.rank_sum_p([907.5] * 6, [907.47] * 20) == pytest.approx(2 / comb(26, 6))
+    assert judge.rank_sum_p([907.47] * 6, [907.47] * 20) == 1.0
+    assert judge.rank_sum_p([907.5] * 6, [907.47] * 20) == pytest.approx(2 / comb(26, 6))
     # the null distribution is a distribution, symmetric about n*m/2
-    pmf = check._u_null(6, 20)
+    pmf = judge._u_null(6, 20)
     assert pmf.sum() == pytest.approx(1.0) and list(pmf) == pytest.approx(list(pmf[::-1]))
 
 
 def test_deciding_points_are_where_the_kept_verdict_is_nearest_its_bound():
-    fig = figures.Figure(paper="P", figure="F", caption="c", sweep="s.toml", series="rto_min", claims=[
+    fig = figure.Figure(paper="P", figure="F", caption="c", sweep="s.toml", series="rto_min", claims=[
         {"text": "collapse", "series": "200ms", "from": 8, "below": 0.5},
         {"text": "recovery", "series": "200us", "from": 8, "above": 0.5},
         {"text": "gap", "series": "200ms", "at": 16, "below_series": "200us", "margin_mbps": 100}])
@@ -75,11 +75,11 @@ VERDICT = {"holds": "holds", "fails": "does not hold", "split": "undecided"}
 
 def fast_look(kept, fresh, final):
     """look() without the tables: the same rank-sum test, the judge's point verdict for a
-    bound (what figures._judge_claim gives at one point) and the same decide()."""
+    bound (what judge.judge_claim gives at one point) and the same decide()."""
     def state(runs):
-        return VERDICT[figures.point_verdict(runs, lambda g: g > BOUND)]
+        return VERDICT[judge.point_verdict(runs, lambda g: g > BOUND)]
     turned = [0] if check.opposite(state(kept), state(fresh)) else []
-    return check.decide(check.rank_sum_p(fresh, kept), turned, final)[0]
+    return check.decide(judge.rank_sum_p(fresh, kept), turned, final)[0]
 
 
 def test_the_fast_look_is_the_look():
@@ -135,7 +135,7 @@ def test_a_point_on_its_bound_turns_at_most_as_the_judge_allows():
     for _ in range(trials):
         fresh = [rng.gauss(BOUND, 20.0) for _ in range(check.SECOND_RUNS)]
         wrong += fast_look(kept, fresh, final=True) == "disagrees" and \
-            figures.point_verdict(fresh, lambda g: g > BOUND) == "fails"
+            judge.point_verdict(fresh, lambda g: g > BOUND) == "fails"
     exact = sum(comb(20, k) for k in range(5)) / 2 ** 20
     assert exact == pytest.approx(0.0059, abs=1e-4)
     assert wrong / trials < 1.5 * exact, wrong / trials    # 118 expected; 177 or more: p < 1e-6
@@ -156,7 +156,7 @@ def test_a_failed_check_names_the_figure_and_the_command_that_makes_it_again():
     assert "incast figure sigcomm09-fig1 --repeat 6 --jobs 2 --out results/sigcomm09-fig1, then" in text
 
 
-KEPT = [n for n in figures.known() if check.kept(n) is not None]
+KEPT = [n for n in figure.known() if kept.full(n) is not None]
 
 
 @needs_root
@@ -167,7 +167,7 @@ def test_a_kept_result_is_what_todays_code_gives(name, check_runner, no_leftover
     """Fresh runs of today's code at each deciding point of the figure's full kept
     result agree with its runs there, and decide its claims as they do; where they do
     not, the test names the points and the command that makes the figure again."""
-    why = figures.missing(figures.load(name))
+    why = figure.missing(figure.load(name))
     if why:
         pytest.skip("; ".join(why))
     r = check.check_figure(name, check_runner)
@@ -197,7 +197,7 @@ def test_a_change_in_behaviour_fails_the_check(change, points, check_runner, no_
     them: the check disagrees, naming the figure and the points the change moved (the
     RTOmin: both 200 ms points; the buffer: wherever it shows)."""
     name = "sigcomm09-fig1"
-    why = figures.missing(figures.load(name))
+    why = figure.missing(figure.load(name))
     if why:
         pytest.skip("; ".join(why))
     r = check.check_figure(name, check_runner, alter=change)

@@ -20,7 +20,8 @@ from incast import scenario as scn
 from incast.cli import flags
 from incast.constants import DOC_RESULTS_DIR, FIGURES_DIR, LABS_DIR
 from incast.errors import BadInput
-from incast.report import doc_tables, reference
+from incast.campaign import figure, kept, make
+from incast.pages import doc_tables, reference, scoreboard
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -136,9 +137,9 @@ def test_the_site_fetches_nothing(site):
 def test_every_table_of_numbers_is_drawn_from_its_results(page):
     assert not doc_tables.typed_tables(page), (
         f"{page.relative_to(REPO)}: a table of numbers typed by hand; keep its runs in docs/results/ "
-        "and draw it (incast/report/doc_tables.py)")
+        "and draw it (incast/pages/doc_tables.py)")
     assert doc_tables.refresh(page) == page.read_text(), (
-        f"{page.relative_to(REPO)} and docs/results/ disagree: python -m incast.report.doc_tables redraws it")
+        f"{page.relative_to(REPO)} and docs/results/ disagree: python -m incast.pages.doc_tables redraws it")
 
 
 def test_every_result_row_names_its_command_and_commit():
@@ -216,18 +217,16 @@ def test_a_sample_of_output_is_drawn_from_the_runs_that_printed_it(tmp_path, mon
 
 def test_the_scoreboard_is_current():
     """docs/scoreboard.md is what the kept results and this checkout's judge give now."""
-    from incast.report import scoreboard
-    assert scoreboard.main(["--check"]) == 0, "docs/scoreboard.md: run python -m incast.report.scoreboard"
+    assert scoreboard.main(["--check"]) == 0, "docs/scoreboard.md: run python -m incast.pages.scoreboard"
 
 
 def test_the_scoreboard_marks_a_kept_result_made_with_other_settings():
-    from incast.report import figures, scoreboard
-    fig = figures.load("sigcomm09-fig1")
-    data, overrides, _, _ = figures.plan(fig, True)
-    today = figures.code_versions()
-    assert scoreboard.stale(fig, {"quick": True, "base": data, "overrides": overrides, "code": today}) == ""
+    fig = figure.load("sigcomm09-fig1")
+    data, overrides, _, _ = figure.plan(fig, True)
+    today = make.code_versions()
+    assert kept.stale(fig, {"quick": True, "base": data, "overrides": overrides, "code": today}) == ""
     old = {**overrides, "switch.buffer": "32KiB"}
-    assert scoreboard.stale(fig, {"quick": True, "base": data, "overrides": old, "code": today}) == \
+    assert kept.stale(fig, {"quick": True, "base": data, "overrides": old, "code": today}) == \
         "made with other settings (switch.buffer)"
 
 
@@ -235,27 +234,25 @@ def test_a_kept_result_made_by_other_code_is_not_stale_by_its_bytes():
     """A kept result's code version is its provenance: one made by code that differs
     from today's only in bytes (a comment changed in incast/run/experiment.py, say) is
     not stale, on the scoreboard or in the suite; whether today's code still gives it is
-    asked of fresh runs (incast.report.check, tests/test_check.py)."""
-    from incast.report import figures, scoreboard
-    fig = figures.load("sigcomm09-fig1")
-    data, overrides, _, _ = figures.plan(fig, True)
+    asked of fresh runs (incast.campaign.check, tests/test_check.py)."""
+    fig = figure.load("sigcomm09-fig1")
+    data, overrides, _, _ = figure.plan(fig, True)
     meta = {"quick": True, "base": data, "overrides": overrides}
-    today = figures.code_versions()
-    assert scoreboard.stale(fig, {**meta, "code": {**today, "linux": "0" * 16}}) == ""
-    assert scoreboard.stale(fig, meta) == ""
+    today = make.code_versions()
+    assert kept.stale(fig, {**meta, "code": {**today, "linux": "0" * 16}}) == ""
+    assert kept.stale(fig, meta) == ""
     # ablation still says whether a kept result's runs were made by this code's bytes
-    assert scoreboard.stale_code({**meta, "code": {**today, "linux": "0" * 16}}, ["linux"]).startswith(
+    assert kept.stale_code({**meta, "code": {**today, "linux": "0" * 16}}, ["linux"]).startswith(
         "made by code that has since changed")
 
 
 def test_the_code_version_of_an_earlier_commit_is_its_files():
     """code_versions_at(commit) hashes that commit's files as code_version hashes the
     checkout's: HEAD's, where no file a run executes differs from it, is today's."""
-    from incast.report import figures
     try:
         head = doc_tables.code_commit()      # refused where a file a run executes changed
     except BadInput as e:
         pytest.skip(str(e))
     if not head:
         pytest.skip("not a git checkout")
-    assert figures.code_versions_at(head) == figures.code_versions()
+    assert make.code_versions_at(head) == make.code_versions()

@@ -9,17 +9,17 @@ import pandas as pd
 import pytest
 
 from conftest import incast_cmd, needs_root
-from incast.report import figures
+from incast.campaign import figure, judge, make
 
 from incast.run import sweep
 
 
-@pytest.mark.parametrize("name", figures.known())
+@pytest.mark.parametrize("name", figure.known())
 def test_every_figure_names_what_its_sweep_runs(name):
-    fig = figures.load(name)
+    fig = figure.load(name)
     assert fig.caption and fig.claims, "a figure says what the paper claims"
     for quick in (False, True):
-        data, overrides, grid, repeat = figures.plan(fig, quick)
+        data, overrides, grid, repeat = figure.plan(fig, quick)
         points = sweep.expand(data, overrides, sweep.parse_grid([], grid))   # every point validates
         assert points
         series = {str(v) for v in grid[fig.series]}
@@ -45,7 +45,7 @@ FIG = dict(paper="P", figure="F", caption="c", sweep="s.toml", series="rto_min")
 
 
 def test_claims_are_judged_on_the_median_of_repetitions():
-    fig = figures.Figure(**FIG, claims=[
+    fig = figure.Figure(**FIG, claims=[
         {"text": "collapse", "series": "200ms", "from": 8, "below": 0.25},
         {"text": "recovery", "series": "200us", "from": 1, "above": 0.85},
         {"text": "gap", "series": "200ms", "at": 8, "below_series": "200us", "margin_mbps": 750},
@@ -54,23 +54,23 @@ def test_claims_are_judged_on_the_median_of_repetitions():
     six = [(s, x, g) for s, x, g in (("200ms", 1, 940), ("200ms", 8, 150), ("200us", 1, 941), ("200us", 8, 900),
                                      ("200us", 16, 700)) for _ in range(6)]
     t = table(six + [("200ms", 16, 100), ("200ms", 16, 200), ("200ms", 16, 900)])
-    v = {r["claim"]: r for r in figures.judge(fig, t)}
+    v = {r["claim"]: r for r in judge.judge(fig, t)}
     # 16: the median of 100, 200 and 900 (an outlier that would lift a mean to 400), one of
     # three runs above the bound: undecided
     assert v["collapse"]["verdict"] == "undecided" and "16: 200.0 [100.0-900.0, n=3]" in v["collapse"]["detail"]
     assert v["recovery"]["verdict"] == "does not hold" and "16: 700.0" in v["recovery"]["detail"]
     assert v["gap"]["verdict"] == "holds"               # 150 <= 900 - 750
     assert v["wider gap"]["verdict"] == "does not hold"
-    assert v["absent"]["verdict"] == "not testable" and v["absent"]["why"] == figures.UNREACHED
+    assert v["absent"]["verdict"] == "not testable" and v["absent"]["why"] == judge.UNREACHED
     assert all(v[c]["why"] == "" for c in ("collapse", "recovery", "gap", "wider gap"))
 
 
 def test_runs_that_disagree_leave_the_claim_undecided():
-    fig = figures.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
+    fig = figure.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
     # median 850 > 800.3, but one run of three below the bound: a tipping point
-    v = figures.judge(fig, table([("200us", 16, 700), ("200us", 16, 850), ("200us", 16, 900)]))[0]
+    v = judge.judge(fig, table([("200us", 16, 700), ("200us", 16, 850), ("200us", 16, 900)]))[0]
     assert v["verdict"] == "undecided" and "16: 2 of 3 runs hold" in v["detail"], v
-    v = figures.judge(fig, table([("200us", 16, g) for g in (820, 830, 850, 870, 900, 910)]))[0]
+    v = judge.judge(fig, table([("200us", 16, g) for g in (820, 830, 850, 870, 900, 910)]))[0]
     assert v["verdict"] == "holds", v
 
 
@@ -78,13 +78,13 @@ def test_three_runs_on_one_side_decide_nothing():
     """Three runs all on one side of a bound happen one time in four at a tipping point
     (the min-max interval of three is 75% sure), five one time in sixteen: the point
     waits for six runs (97%: one look of three at 1 - 0.1/3)."""
-    fig = figures.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
-    assert figures.runs_to_decide() == 6 and figures.REPEAT_STEPS[0] == 6
+    fig = figure.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
+    assert judge.runs_to_decide() == 6 and judge.REPEAT_STEPS[0] == 6
     for runs in ((700, 710, 720), (820, 850, 900), (700, 710, 720, 730, 740)):
-        v = figures.judge(fig, table([("200us", 16, g) for g in runs]))[0]
+        v = judge.judge(fig, table([("200us", 16, g) for g in runs]))[0]
         assert v["verdict"] == "undecided" and "too few to decide (6 needed)" in v["detail"], v
-        assert figures.undecided_points(fig, table([("200us", 16, g) for g in runs])) == [("200us", 16.0)]
-    v = figures.judge(fig, table([("200us", 16, g) for g in (700, 710, 720, 730, 740, 750)]))[0]
+        assert judge.undecided_points(fig, table([("200us", 16, g) for g in runs])) == [("200us", 16.0)]
+    v = judge.judge(fig, table([("200us", 16, g) for g in (700, 710, 720, 730, 740, 750)]))[0]
     assert v["verdict"] == "does not hold", v
 
 
@@ -93,56 +93,56 @@ def test_each_look_is_sure_enough_that_three_looks_are_90_percent_sure():
     look that decides. Where the runs' median sits exactly on the bound every decision
     is wrong; over the three looks that must happen at most one time in ten."""
     import random
-    assert abs(figures.LOOK_CONFIDENCE - (1 - 0.1 / 3)) < 1e-12
+    assert abs(judge.LOOK_CONFIDENCE - (1 - 0.1 / 3)) < 1e-12
     rng = random.Random(7)
     wrong, trials = 0, 4000
     for _ in range(trials):
         runs = []
-        for n in figures.REPEAT_STEPS:
+        for n in judge.REPEAT_STEPS:
             runs += [rng.gauss(0.0, 1.0) for _ in range(n - len(runs))]
-            if figures.point_verdict(runs, lambda g: g > 0.0) != "split":
+            if judge.point_verdict(runs, lambda g: g > 0.0) != "split":
                 wrong += 1
                 break
     assert wrong / trials <= 0.1, wrong / trials
 
 
 def test_a_from_claim_fails_where_any_of_its_points_fails():
-    fig = figures.Figure(**FIG, claims=[{"text": "collapse", "series": "200ms", "from": 8, "below": 0.5}])
+    fig = figure.Figure(**FIG, claims=[{"text": "collapse", "series": "200ms", "from": 8, "below": 0.5}])
     # Split at 8, failing in every run at 16: a clear failure is not hidden by a split.
     rows = [("200ms", 8, g) for g in (300, 400, 600)] + [("200ms", 16, g) for g in (700, 720, 740, 760, 780, 800)]
-    v = figures.judge(fig, table(rows))[0]
+    v = judge.judge(fig, table(rows))[0]
     assert v["verdict"] == "does not hold", v
     assert "undecided elsewhere: 8: 2 of 3 runs hold" in v["detail"], v
 
 
 def test_many_runs_decide_what_a_few_leave_open():
-    fig = figures.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
+    fig = figure.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
     # 19 of 20 runs fail: the median's interval (6th to 15th run) is below the bound.
     rows = [("200us", 16, 700.0 + i) for i in range(19)] + [("200us", 16, 900.0)]
-    v = figures.judge(fig, table(rows))[0]
+    v = judge.judge(fig, table(rows))[0]
     assert v["verdict"] == "does not hold", v
     # Half and half: no number of runs makes it hold or fail.
     rows = [("200us", 16, 700.0 + i) for i in range(10)] + [("200us", 16, 850.0 + i) for i in range(10)]
-    v = figures.judge(fig, table(rows))[0]
+    v = judge.judge(fig, table(rows))[0]
     assert v["verdict"] == "undecided" and "10 of 20 runs hold" in v["detail"], v
-    assert figures.undecided_points(fig, table(rows)) == [("200us", 16.0)]
+    assert judge.undecided_points(fig, table(rows)) == [("200us", 16.0)]
 
 
 def test_the_median_interval_is_the_distribution_free_one():
-    assert figures.median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)           # 75%: all there is
-    assert figures.median_interval([float(i) for i in range(5)]) == (0.0, 4.0)
+    assert judge.median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)           # 75%: all there is
+    assert judge.median_interval([float(i) for i in range(5)]) == (0.0, 4.0)
     # 20 runs at 90%: P(B(20, 1/2) <= 5) = 0.021 <= 0.05 < P(B <= 6) = 0.058: the 6th and 15th;
     # at a look's 96.7%, P(B <= 4) = 0.006 <= 0.0167 < P(B <= 5): the 5th and the 16th.
-    assert figures.median_interval([float(i) for i in range(20)], confidence=0.9) == (5.0, 14.0)
-    assert figures.median_interval([float(i) for i in range(20)]) == (4.0, 15.0)
-    assert figures.median_interval([float(i) for i in range(10)]) == (1.0, 8.0)
+    assert judge.median_interval([float(i) for i in range(20)], confidence=0.9) == (5.0, 14.0)
+    assert judge.median_interval([float(i) for i in range(20)]) == (4.0, 15.0)
+    assert judge.median_interval([float(i) for i in range(10)]) == (1.0, 8.0)
 
 
 def test_undecided_claims_get_more_runs_until_decided(tmp_path):
     """incast figure's rounds: 6, 10, then 20 runs at the points that leave a claim
     undecided, the earlier runs kept (from the point store), the new ones joining the
     table, until the claim is decided."""
-    fig = figures.Figure(**FIG, grid={"senders": [16], "rto_min": ["200us"]},
+    fig = figure.Figure(**FIG, grid={"senders": [16], "rto_min": ["200us"]},
                          claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
     first = table([("200us", 16, g) for g in (700, 850, 900)]).assign(point_key=["k0", "k1", "k2"])
     first.to_parquet(tmp_path / "sweep.parquet")
@@ -159,62 +159,62 @@ def test_undecided_claims_get_more_runs_until_decided(tmp_path):
         rows = table([("200us", 16, 820.0)] * repeat).assign(point_key=[f"k{i}" for i in range(repeat)])
         rows.to_parquet(out / "sweep.parquet")
         return Done(out)
-    reached = figures.decide(fig, tmp_path, {}, {}, {"senders": ["16"], "rto_min": ["200us"]}, 3, 20, run_more)
+    reached = make.decide(fig, tmp_path, {}, {}, {"senders": ["16"], "rto_min": ["200us"]}, 3, 20, run_more)
     # 6 runs (700 820 820 820 850 900): the median's interval is min to max, still split;
     # 10 runs: the 2nd to the 9th (820 to 850), above the bound.
     assert asked == [([("200us", "16")], 6), ([("200us", "16")], 10)] and reached == 10
     t = pd.read_parquet(tmp_path / "sweep.parquet")
     assert len(t) == 10 and sorted(t["goodput_mbps"]) == [700] + [820] * 7 + [850, 900]
-    assert figures.judge(fig, t)[0]["verdict"] == "holds"
+    assert judge.judge(fig, t)[0]["verdict"] == "holds"
 
 
 def test_a_gap_between_two_measured_series_is_judged_run_against_run():
-    fig = figures.Figure(**FIG, claims=[{"text": "gap", "series": "200ms", "at": 16,
+    fig = figure.Figure(**FIG, claims=[{"text": "gap", "series": "200ms", "at": 16,
                                          "below_series": "200us", "margin_mbps": 100}])
     # Medians 700 vs 817.5 (a gap of 117.5), but the other series' runs spread so widely
     # that the gap's interval reaches down to 30: undecided, not "holds".
     slow = [("200ms", 16, g) for g in (690, 695, 700, 700, 705, 705)]
     rows = slow + [("200us", 16, g) for g in (725, 810, 815, 820, 860, 870)]
-    v = figures.judge(fig, table(rows))[0]
+    v = judge.judge(fig, table(rows))[0]
     assert v["verdict"] == "undecided" and "interval 30.0 to 170.0 Mbit/s straddles 100" in v["detail"], v
     rows = slow + [("200us", 16, g) for g in (810, 815, 820, 830, 860, 870)]
-    assert figures.judge(fig, table(rows))[0]["verdict"] == "holds"
+    assert judge.judge(fig, table(rows))[0]["verdict"] == "holds"
     # Three runs each, every pairing a gap above 100: too few to decide, as for one series.
     rows = [("200ms", 16, g) for g in (690, 700, 705)] + [("200us", 16, g) for g in (810, 820, 870)]
-    v = figures.judge(fig, table(rows))[0]
+    v = judge.judge(fig, table(rows))[0]
     assert v["verdict"] == "undecided" and "3 and 3 runs, too few to decide (6 needed)" in v["detail"], v
 
 
 def test_the_gap_interval_is_the_distribution_free_one():
     # 3 and 3 runs: the 90% interval is every pairing (U = 0 has probability 1/20 each side)
-    assert figures.shift_interval([10, 20, 30], [1, 2, 3]) == (7, 29)
+    assert judge.shift_interval([10, 20, 30], [1, 2, 3]) == (7, 29)
     # 10 and 10: k = 28 (P(U <= 27) = 0.045 in each tail), so the 28th difference from each end
     a, b = [float(i) for i in range(100, 110)], [float(i) for i in range(10)]
     d = sorted(x - y for x in a for y in b)
-    assert figures.shift_interval(a, b) == (d[27], d[-28])
+    assert judge.shift_interval(a, b) == (d[27], d[-28])
 
 
 def test_runs_that_were_not_faithful_never_count():
-    fig = figures.Figure(**FIG, claims=[{"text": "collapse", "series": "200ms", "at": 16, "below": 0.25}])
+    fig = figure.Figure(**FIG, claims=[{"text": "collapse", "series": "200ms", "at": 16, "below": 0.25}])
     # The one run below the bound was not faithful: the claim rests on the others.
     t = table([("200ms", 16, g) for g in (100, 600, 650, 700, 720, 750, 760)], unfaithful={("200ms", 16, 100)})
-    v = figures.judge(fig, t)[0]
+    v = judge.judge(fig, t)[0]
     assert v["verdict"] == "does not hold" and "1 of 7 not faithful, left out" in v["detail"], v
     # Every run at the point not faithful: no verdict at all.
     t = table([("200ms", 16, 100), ("200ms", 16, 120)], unfaithful={("200ms", 16, 100), ("200ms", 16, 120)})
-    v = figures.judge(fig, t)[0]
+    v = judge.judge(fig, t)[0]
     assert v["verdict"] == "not testable" and "2 of 2 runs not faithful" in v["detail"], v
-    assert v["why"] == figures.NOT_FAITHFUL
+    assert v["why"] == judge.NOT_FAITHFUL
 
 
 def test_the_suite_fails_when_a_claim_stops_holding():
     """The assertion every figure claim goes through, fed a curve that breaks SIGCOMM'09
     Figure 1's recovery claim: it fails, naming the claim and the numbers."""
-    fig = figures.load("sigcomm09-fig1")
+    fig = figure.load("sigcomm09-fig1")
     claim = next(c for c in fig.claims if c.above is not None)
     broken = table([(claim.series, x, 300.0) for x in (1, 16, 40, 47) for _ in range(6)])
     broken = pd.concat([broken, table([(s, x, 30.0) for s in ("200ms",) for x in (1, 16, 40, 47)])])
-    verdict = next(v for v in figures.judge(fig, broken) if v["claim"] == claim.text)
+    verdict = next(v for v in judge.judge(fig, broken) if v["claim"] == claim.text)
     assert verdict["verdict"] == "does not hold", verdict     # decided: six runs a point
     with pytest.raises(AssertionError, match="300.0"):
         assert_claim(verdict)
@@ -229,7 +229,7 @@ class Undecided(Exception):
 @functools.lru_cache(maxsize=1)
 def scoreboard_rows() -> tuple[dict, ...]:
     """Every claim judged on the kept results, once for the whole session."""
-    from incast.report import scoreboard
+    from incast.pages import scoreboard
     return tuple(scoreboard.rows())
 
 
@@ -255,9 +255,9 @@ def assert_claim(verdict: dict, kept: dict | None = None) -> None:
     this machine (the clock), or a full kept result to defer to (the scoreboard shows
     which figures have none)."""
     v, detail = verdict["verdict"], verdict["detail"]
-    if v == "not testable" and verdict["why"] == figures.NOT_FAITHFUL:
+    if v == "not testable" and verdict["why"] == judge.NOT_FAITHFUL:
         pytest.skip(f"{verdict['claim']}: not testable here: {detail}")
-    if v == "not testable" and verdict["why"] != figures.UNREACHED:     # its runs failed
+    if v == "not testable" and verdict["why"] != judge.UNREACHED:     # its runs failed
         raise Undecided(f"{verdict['claim']}: not testable in quick mode: {detail}")
     if v in ("not testable", "undecided"):
         if kept is None:
@@ -281,7 +281,7 @@ def test_an_undecided_or_unreached_claim_is_judged_on_the_kept_result():
     contrary, the test fails, for a plain claim and for a declared divergence alike."""
     undecided = {"claim": "c", "verdict": "undecided", "detail": "40: 5 of 10 runs hold", "why": ""}
     unreached = {"claim": "c", "verdict": "not testable", "detail": "no senders = 2048.0 in the sweep",
-                 "why": figures.UNREACHED}
+                 "why": judge.UNREACHED}
     holds = {"verdict": "holds", "ours": "47: 900.0", "divergence": None, "stale": ""}
     for quick_verdict in (undecided, unreached):
         assert_claim(quick_verdict, holds) is None
@@ -302,11 +302,11 @@ def test_an_undecided_or_unreached_claim_is_judged_on_the_kept_result():
     # runs that failed are not a point out of reach
     with pytest.raises(Undecided, match="no run of 200us finished"):
         assert_claim({"claim": "c", "verdict": "not testable", "detail": "16: no run of 200us finished",
-                      "why": figures.UNFINISHED}, holds)
+                      "why": judge.UNFINISHED}, holds)
     # the machine's clock, not the claim: skipped
     with pytest.raises(pytest.skip.Exception):
         assert_claim({"claim": "c", "verdict": "not testable", "detail": "8 (8): 3 of 3 runs not faithful",
-                      "why": figures.NOT_FAITHFUL}, holds)
+                      "why": judge.NOT_FAITHFUL}, holds)
     with pytest.raises(AssertionError):
         assert_claim({"claim": "c", "verdict": "does not hold", "detail": "47: 300.0", "why": ""}, holds)
 
@@ -315,7 +315,7 @@ def test_an_unknown_figure_is_refused():
     r = incast_cmd("figure", "no-such-figure")
     assert r.returncode == 2 and "incast figure list" in r.stderr
     r = incast_cmd("figure", "list")
-    assert r.returncode == 0 and all(n in r.stdout for n in figures.known())
+    assert r.returncode == 0 and all(n in r.stdout for n in figure.known())
 
 
 _QUICK: dict[str, dict] = {}
@@ -323,8 +323,8 @@ _QUICK: dict[str, dict] = {}
 
 def quick(name: str, tmp_path_factory) -> dict:
     """The figure's quick mode, run once for all its tests (where its parts exist)."""
-    fig = figures.load(name)
-    why = figures.missing(fig)
+    fig = figure.load(name)
+    why = figure.missing(fig)
     if why:
         pytest.skip("; ".join(why))
     if name not in _QUICK:
@@ -348,9 +348,9 @@ def test_a_figure_runs_quick_and_is_judged(tmp_path_factory, no_leftovers):
     gives a picture, the paper-vs-ours table and a verdict for every claim."""
     q = quick("fast08-fig3", tmp_path_factory)
     out = q["result"]
-    fig = figures.load("fast08-fig3")
+    fig = figure.load("fast08-fig3")
     # three points, each run `repeat` times, and the points a claim rests on more (up to
-    # ten) until the claim is decided (incast.report.figures.decide)
+    # ten) until the claim is decided (incast.campaign.figure.decide)
     assert out["quick"] and 3 * fig.quick.get("repeat", 1) <= out["runs"] <= 3 * 10, out["runs"]
     assert len(out["verdicts"]) == len(fig.claims)
     for f in ("figure.png", "comparison.csv", "verdicts.json", "sweep.parquet"):
@@ -363,11 +363,11 @@ def test_a_figure_runs_quick_and_is_judged(tmp_path_factory, no_leftovers):
 @pytest.mark.network
 @pytest.mark.figure
 @pytest.mark.long
-@pytest.mark.parametrize("name", [n for n in figures.known() if n != "fast08-fig3"])
+@pytest.mark.parametrize("name", [n for n in figure.known() if n != "fast08-fig3"])
 def test_every_figure_runs_quick(name, tmp_path_factory, no_leftovers):
     """Every figure's quick mode, where its parts exist: it runs, draws, and gives the
     paper-vs-ours table and a verdict for every claim (each claim is a test below)."""
-    fig = figures.load(name)
+    fig = figure.load(name)
     out = quick(name, tmp_path_factory)["result"]
     assert out["quick"] and out["runs"] > 0
     assert len(out["verdicts"]) == len(fig.claims)
@@ -378,7 +378,7 @@ CLAIMS = [pytest.param(name, i, id=f"{name}:{i}",
                        marks=[pytest.mark.xfail(strict=True, raises=AssertionError,
                                                 reason=f"declared divergence: {c.divergence}")]
                        if c.divergence else [])
-          for name in figures.known() for i, c in enumerate(figures.load(name).claims)]
+          for name in figure.known() for i, c in enumerate(figure.load(name).claims)]
 
 
 @needs_root
@@ -417,21 +417,21 @@ def test_provenance_without_git(monkeypatch):
     """A result made where git is missing (a minimal root, a package installed without
     the checkout) says so instead of failing the figure."""
     monkeypatch.setenv("PATH", "/nonexistent")
-    p = figures.provenance()
+    p = make.provenance()
     assert p["commit"] is None and p["made"] and p["command"].startswith("incast")
 
 
 def test_what_a_figure_needs_is_read_from_its_scenarios(monkeypatch):
     """No figure file says what it needs: its scenarios do (their clock, their data
     plane), and missing() asks this machine for each kind of run once."""
-    fig = figures.load("fast08-flow-control")
-    assert figures.needs(fig) == ["virtual-time"]
-    qos = figures.load("fast08-qos")
+    fig = figure.load("fast08-flow-control")
+    assert figure.needs(fig) == ["virtual-time"]
+    qos = figure.load("fast08-qos")
     # the same figure in real time (its sweep file's clock, this machine's kernel)
     real = qos.model_copy(update={"settings": {k: v for k, v in qos.settings.items() if k not in ("clock", "kernel")}})
-    assert figures.needs(qos) == ["virtual-time"] and figures.needs(real) == []
+    assert figure.needs(qos) == ["virtual-time"] and figure.needs(real) == []
     p4 = real.model_copy(update={"settings": {**real.settings, "dataplane": "bmv2"}})
-    assert figures.needs(p4) == ["bmv2"]
-    assert figures.needs(figures.load("three-switches-200us")) == ["virtual-time", "bmv2", "rtl"]
+    assert figure.needs(p4) == ["bmv2"]
+    assert figure.needs(figure.load("three-switches-200us")) == ["virtual-time", "bmv2", "rtl"]
     monkeypatch.setenv("PATH", "/nonexistent")
-    assert any("simple_switch is not on PATH" in w for w in figures.missing(p4)), figures.missing(p4)
+    assert any("simple_switch is not on PATH" in w for w in figure.missing(p4)), figure.missing(p4)

@@ -15,6 +15,8 @@ STAGES = [
     ("network", ["incast.network", "incast.dataplane", "incast.workload"]),
     ("run", ["incast.run"]),
     ("report", ["incast.report"]),
+    ("campaign", ["incast.campaign"]),
+    ("pages", ["incast.pages"]),
     ("commands", ["incast.cli", "incast.labs", "incast.__main__"]),
 ]
 ORDER = {name: i for i, (name, _) in enumerate(STAGES)}

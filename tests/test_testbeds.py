@@ -6,7 +6,7 @@ import pytest
 
 from incast import scenario as scn
 from incast import testbed
-from incast.report import figures
+from incast.campaign import figure
 
 
 @pytest.mark.parametrize("name", testbed.known())
@@ -48,8 +48,8 @@ def test_the_resolved_scenario_names_its_testbed_and_rebuilds_the_same():
 
 
 def test_figure_1_runs_on_its_papers_testbed():
-    fig = figures.load("sigcomm09-fig1")
-    data, overrides, grid, _ = figures.plan(fig, quick=False)
+    fig = figure.load("sigcomm09-fig1")
+    data, overrides, grid, _ = figure.plan(fig, quick=False)
     from incast.run import sweep
     _, s = sweep.expand(data, overrides, sweep.parse_grid([], grid))[0]
     assert s.testbed == "sigcomm09-s50"

@@ -21,7 +21,7 @@ from incast.vm import guest, uml
 
 pytestmark = pytest.mark.network
 
-from incast.report.figures import PAYLOAD_SHARE   # TCP payload of a full frame with timestamps, on the wire
+from incast.campaign.judge import PAYLOAD_SHARE   # TCP payload of a full frame with timestamps, on the wire
 
 
 def skip_reason(variant: str) -> str | None:

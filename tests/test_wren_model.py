@@ -10,7 +10,9 @@ import pandas as pd
 import pytest
 
 from incast.constants import REPO
-from incast.report import doc_tables, figures, wren_model
+from incast.campaign import figure, judge, make
+from incast.pages import doc_tables, wren_table
+from incast.report import wren_model
 
 D, LINK, R200 = 256 * 1024 * 20, 1e9, 0.2
 SENDERS = [1, 2, 4, 8, 12, 16, 24, 32, 48]
@@ -110,7 +112,7 @@ def test_too_few_sender_counts_are_refused():
 
 
 def test_a_wren_figure_fits_and_draws_the_model(tmp_path):
-    fig = figures.load("wren09-rto")
+    fig = figure.load("wren09-rto")
     rows = []
     for series, a in (("200ms", 0.3), ("1ms", 0.5)):
         t = curve(a=a)
@@ -119,10 +121,10 @@ def test_a_wren_figure_fits_and_draws_the_model(tmp_path):
                          "timeouts": r["timeouts"], "blocks": 20, "rto_min_us": 200_000 if series == "200ms" else 1000,
                          "link_mbps": 1000.0, "fidelity_ok": True})
     table = pd.DataFrame(rows)
-    fits = figures.model_fits(fig, table, quick=False)
+    fits = make.model_fits(fig, table, quick=False)
     assert {m.series for m in fits} == {"200ms", "1ms"}
     json.dumps([m.as_dict() for m in fits])         # verdicts.json takes them
-    out = figures.plot(fig, table, tmp_path / "f.png", quick=False, fits=fits)
+    out = make.plot(fig, table, tmp_path / "f.png", quick=False, fits=fits)
     assert out.stat().st_size > 10_000
 
 
@@ -130,10 +132,10 @@ def test_the_kept_result_holds_what_the_page_says():
     """docs/figures.md draws the model's table from docs/results/wren09-model.csv: a fit
     of the kept wren09-rto result made now has every parameter inside its bounds and
     the verdict, the bounds hit, the regions and the numbers the file recorded."""
-    fits = {m.series: m for m in wren_model.fit_kept(KEPT)}
+    fits = {m.series: m for m in wren_table.fit_kept(KEPT)}
     recorded = {str(r["series"]): r for r in doc_tables.rows(RECORD)}
     assert set(fits) == set(recorded)
-    table = figures.faithful_rows(pd.read_parquet(KEPT / "sweep.parquet"))
+    table = judge.faithful_rows(pd.read_parquet(KEPT / "sweep.parquet"))
     for series, m in fits.items():
         runs = table[table["rto_min"] == series]
         s = np.sort(runs["senders"].unique()).astype(float)
@@ -150,7 +152,7 @@ def test_the_kept_result_holds_what_the_page_says():
         for region, col in (("R1", "r1"), ("R2", "r2"), ("R3", "r3")):
             assert (m.regions[region] if m.regions[region] is not None else "—") == row[col], (series, region)
         assert ("; ".join(m.reasons) or "—") == row["reasons"], series
-        fresh = wren_model.record_rows(KEPT, [m])[0]
+        fresh = wren_table.record_rows(KEPT, [m])[0]
         assert set(fresh) == set(row), series
         for col, value in fresh.items():
             if isinstance(value, float):      # to the digit recorded (one step of rounding either way)

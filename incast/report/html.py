@@ -47,7 +47,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from incast import scenario as scn
 from incast.errors import BadInput, MissingFeature, OutputUnusable
+from incast.measure.capture import CAPTURE_DIR
+from incast.report import explain
+from incast.report.explain import CAUSES, COLORS
 
 REPORT = "report.html"
 MAX_POINTS = 20_000         # per trace: above this a trace is drawn as its envelope
@@ -203,7 +207,6 @@ def _read_table(path: Path) -> pd.DataFrame | None:
 
 def _describe(scenario_toml: Path) -> str:
     """The scenario's one-line description, or "" where it no longer builds."""
-    from incast import scenario as scn
     try:
         return scn.build(tomllib.loads(scenario_toml.read_text())).describe()
     except (OSError, ValueError, tomllib.TOMLDecodeError):
@@ -396,8 +399,6 @@ def queue_section(run_dir: Path, summary: dict, blocks: pd.DataFrame, queues: pd
 
 def load_timeouts(run_dir: Path) -> tuple[pd.DataFrame | None, str]:
     """The run's timeouts (timeouts.parquet's columns) and where they came from."""
-    from incast.measure.capture import CAPTURE_DIR
-    from incast.report import explain
     path = run_dir / "timeouts.parquet"
     if path.is_file():
         return pd.read_parquet(path), "Timeouts and causes from timeouts.parquet (incast explain)."
@@ -443,7 +444,6 @@ def _category(row, explained: bool) -> str:
 
 
 def _category_color(category: str) -> str:
-    from incast.report.explain import CAUSES, COLORS
     for cause in CAUSES:
         if category.endswith(cause.replace("_", " ")):
             return TAB10[COLORS[cause]]
@@ -662,7 +662,6 @@ document.getElementById('{plot_id}').on('plotly_click', function (event) {
 
 
 def _sweep_title(sweep_dir: Path, meta: dict) -> str:
-    from incast import scenario as scn
     grid = meta.get("grid", {})
     try:
         first = scn.build(meta.get("base", {}), {**meta.get("overrides", {}), **{k: v[0] for k, v in grid.items()}})

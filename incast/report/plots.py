@@ -12,6 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from incast import scenario as scn  # noqa: E402
+from incast.errors import ScenarioError  # noqa: E402
 from incast.measure.results import ROW_FIELDS, complete_run  # noqa: E402
 
 
@@ -19,7 +21,6 @@ def plot_sweep_dir(sweep_dir: Path, grid: dict) -> Path | None:
     """goodput.png of a finished sweep directory (its table, its grid's axes)."""
     import json
 
-    from incast import scenario as scn
     table = pd.read_parquet(Path(sweep_dir) / "sweep.parquet")
     if "goodput_mbps" not in table:
         return None
@@ -164,7 +165,6 @@ def plot_queue(run_dir: Path, port: str | None = None, out: Path | None = None) 
 
 
 def cmd_telemetry(args) -> int:
-    from incast.errors import ScenarioError
     run_dir = complete_run(args.run_dir)
     try:
         out = plot_queue(run_dir, args.port, Path(args.out) if args.out else None)
@@ -273,7 +273,6 @@ def plot_block_times(run_dirs: list[Path], out: Path, labels: list[str] | None =
 
 
 def cmd_compare(args) -> int:
-    from incast.errors import ScenarioError
     try:
         if args.blocks:
             if args.field:

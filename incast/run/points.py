@@ -6,7 +6,7 @@ A point's key hashes everything that decides its result:
 * the resolved scenario (``to_toml``: canonical units, the seed included),
 * the code's version (a hash of the package, the host programs, the topologies, the
   P4 program and the kernel patches: the files a run executes; not incast/report/,
-  which only reads results), and that of the files its data plane adds (the RTL
+  incast/pages/ or incast/campaign/, which choose runs and read their results), and that of the files its data plane adds (the RTL
   switch's sources for dataplane rtl: a change there dates rtl points only),
 * the kernel it runs on: for a guest, the kernels/build.sh key of its variant (every
   input of the build); for this machine's kernel, its release and build string.
@@ -39,8 +39,10 @@ CODE_GLOBS = ("incast/**/*.py", "incast/**/*.sh", "incast/bpf/*.c", "incast/bpf/
               "kernels/build.sh")
 
 
-# What a run never executes: what is made from results afterwards, and the teaching labs.
-NOT_RUN = ("incast/report/", "incast/labs.py")
+# What a run never executes: what is made from results afterwards (reports, the
+# documentation's pages), the campaigns that choose which scenarios to run (a point's key
+# holds its whole scenario), and the teaching labs.
+NOT_RUN = ("incast/report/", "incast/campaign/", "incast/pages/", "incast/labs.py")
 
 
 def run_files(globs=CODE_GLOBS, root: Path = REPO) -> list[Path]:

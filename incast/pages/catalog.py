@@ -6,8 +6,8 @@
     incast catalog --dry-run        # say which, and why, and make nothing
 
 A figure is dated where its kept result is missing, made with settings the figure no
-longer has (incast.report.scoreboard.stale), or where fresh runs of today's code
-disagree with it at its claims' deciding points (incast.report.check). Each one dated
+longer has (incast.campaign.kept.stale), or where fresh runs of today's code
+disagree with it at its claims' deciding points (incast.campaign.check). Each one dated
 is made as `incast figure NAME --repeat 6` makes it (the full grid, six runs a point,
 more where a claim is undecided) into results/catalog-COMMIT/NAME, then kept: its
 sweep.parquet, sweep.json and figure.png copied into docs/figure-results/NAME, the
@@ -35,10 +35,11 @@ import pandas as pd
 
 from incast.constants import REPO
 from incast.errors import BadInput
-from incast.report import check, doc_tables, figures, scoreboard
+from incast.campaign import check, figure, kept, make
+from incast.pages import doc_tables, scoreboard
 
 KEPT_FILES = ("sweep.parquet", "sweep.json", "figure.png")
-KEPT_REPEAT = 6             # runs a point of a kept result (figures.runs_to_decide())
+KEPT_REPEAT = 6             # runs a point of a kept result (judge.runs_to_decide())
 
 
 class CatalogError(BadInput):
@@ -79,17 +80,17 @@ def dated(names: list[str], run=None, say=lambda m: None) -> list[tuple[str, str
     """(name, why) of each figure of `names` that is to be made again."""
     out = []
     for name in names:
-        fig = figures.load(name)
-        result = check.kept(name)
+        fig = figure.load(name)
+        result = kept.full(name)
         if result is None:
             out.append((name, "no full kept result"))
             continue
-        why = scoreboard.stale(fig, result[1])
+        why = kept.stale(fig, result[1])
         if why:
             out.append((name, why))
             continue
-        if figures.missing(fig):
-            say(f"{name}: not checked here ({'; '.join(figures.missing(fig))})")
+        if figure.missing(fig):
+            say(f"{name}: not checked here ({'; '.join(figure.missing(fig))})")
             continue
         r = check.check_figure(name, run, log=say)
         if r.disagrees:
@@ -97,7 +98,7 @@ def dated(names: list[str], run=None, say=lambda m: None) -> list[tuple[str, str
     return out
 
 
-def make(name: str, out: Path, args) -> dict:
+def make_figure(name: str, out: Path, args) -> dict:
     """The figure at full scale into `out` (incast figure's own path); its verdicts."""
     if (out / "verdicts.json").is_file():
         return json.loads((out / "verdicts.json").read_text())
@@ -105,15 +106,15 @@ def make(name: str, out: Path, args) -> dict:
     if incomplete.exists():        # a killed make: its runs are in the point store
         shutil.rmtree(incomplete)
     ns = argparse.Namespace(name=name, quick=False, out=str(out), json=True, repeat=KEPT_REPEAT,
-                            max_repeat=figures.MAX_REPEAT, jobs=args.jobs, executor=args.executor,
+                            max_repeat=make.MAX_REPEAT, jobs=args.jobs, executor=args.executor,
                             force_jobs=False, fresh=False)
-    figures.cmd_figure(ns)
+    make.cmd_figure(ns)
     return json.loads((out / "verdicts.json").read_text())
 
 
 def keep(name: str, out: Path, commit: str, command: str, took_s: float) -> Path:
     """The made figure into docs/figure-results/NAME, its sweep.json completed."""
-    dest = scoreboard.KEPT_FIGURES_DIR / name
+    dest = kept.KEPT_FIGURES_DIR / name
     dest.mkdir(parents=True, exist_ok=True)
     table = pd.read_parquet(out / "sweep.parquet")
     meta = json.loads((out / "sweep.json").read_text())
@@ -130,7 +131,7 @@ def keep(name: str, out: Path, commit: str, command: str, took_s: float) -> Path
 
 
 def cmd_catalog(args) -> int:
-    known = figures.known()
+    known = figure.known()
     unknown = [n for n in args.names if n not in known]
     if unknown:
         raise CatalogError(f"no figure {', '.join(unknown)} (incast figure list)")
@@ -152,13 +153,13 @@ def cmd_catalog(args) -> int:
     root.mkdir(parents=True, exist_ok=True)
     command = " ".join(["incast", *sys.argv[1:]])
     for i, (name, why) in enumerate(todo, 1):
-        missing = figures.missing(figures.load(name))
+        missing = figure.missing(figure.load(name))
         if missing:
             print(f"[{i}/{len(todo)}] {name}: not made here: {'; '.join(missing)}")
             continue
         print(f"[{i}/{len(todo)}] {name}: making ({why})", file=sys.stderr)
         start = time.monotonic()
-        result = make(name, root / name, args)
+        result = make_figure(name, root / name, args)
         dest = keep(name, root / name, commit, command, time.monotonic() - start)
         verdicts = ", ".join(v["verdict"] for v in result["verdicts"])
         print(f"[{i}/{len(todo)}] {name}: kept in {dest} ({result['runs']} runs; {verdicts})")

@@ -20,7 +20,7 @@ it takes); the next are the table's header and a row
 template (Python format fields naming the CSV's columns, or arithmetic on them), or, after ``code``, one line
 per row in a ``sh`` block (the rows' commands), or, after ``text``, one line per row in a plain block
 (what the rows' runs printed, as a sample of a command's output). Below every table a line links the file,
-so each number's command is one line away. ``python -m incast.report.doc_tables``
+so each number's command is one line away. ``python -m incast.pages.doc_tables``
 rewrites the pages from the files (``--check`` only compares), and ``... record OUT.csv
 DIR... --field F --command C`` writes a file from run or sweep directories; tests/test_docs.py fails
 when a page and its files disagree, or when a table of numbers is typed by hand.
@@ -39,9 +39,12 @@ from pathlib import Path
 
 from incast.constants import DOC_RESULTS_DIR as RESULTS_DIR, DOCS_DIR, REPO
 from incast.errors import BadInput
-from incast.report.scoreboard import PAGE as SCOREBOARD_PAGE
+from incast.measure.results import complete_run, flat_summary
+from incast.pages.scoreboard import PAGE as SCOREBOARD_PAGE
+from incast.report.explain import explain
+from incast.run.points import CODE_GLOBS, plane_globs, run_files
 
-# The scoreboard page is written whole from the kept results by incast.report.scoreboard
+# The scoreboard page is written whole from the kept results by incast.pages.scoreboard
 # (tests/test_docs.py checks that it is current), so its tables are drawn, not typed.
 PAGES = [REPO / "README.md", *sorted(p for p in DOCS_DIR.rglob("*.md") if p != SCOREBOARD_PAGE)]
 
@@ -152,7 +155,6 @@ def code_commit() -> str:
     """HEAD's short hash; refused while a file a run executes differs from it (then no
     commit names the code that ran). Other changes (documentation, tests) do not matter."""
     import subprocess
-    from incast.run.points import CODE_GLOBS, plane_globs, run_files
     git = ["git", "-C", str(REPO)]
     changed = subprocess.run([*git, "diff", "--name-only", "HEAD"], capture_output=True,
                              text=True).stdout.split()
@@ -171,7 +173,6 @@ def record(out: Path, dirs: list[Path], fields: list[str], command: str, append:
     command (``{label}`` stands for the run's name) and HEAD's commit: record right after
     the runs, at the commit they ran at. Returns the rows written."""
     import pandas as pd
-    from incast.measure.results import complete_run, flat_summary
     import json
     commit = code_commit()
     rows = []
@@ -183,7 +184,6 @@ def record(out: Path, dirs: list[Path], fields: list[str], command: str, append:
             run = complete_run(d)
             found = [{**flat_summary(json.loads((run / "summary.json").read_text())), "label": run.name}]
             if any(f.startswith("explain_") for f in fields):     # FAST'08 Table 3's classes
-                from incast.report.explain import explain
                 found[0].update({f"explain_{k}": v for k, v in explain(run).table3().items()})
         for r in found:
             missing = [f for f in fields if f not in r]
@@ -199,7 +199,7 @@ def record(out: Path, dirs: list[Path], fields: list[str], command: str, append:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m incast.report.doc_tables",
+    p = argparse.ArgumentParser(prog="python -m incast.pages.doc_tables",
                                 description="Draw the documentation's tables of numbers from docs/results/.")
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 where a page differs")
     sub = p.add_subparsers(dest="verb")

@@ -34,18 +34,17 @@ import json
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from incast.report import figures, scoreboard
+from incast.campaign import figure, judge, kept
 from incast.run import sweep
 
-FIRST_RUNS = 6          # figures.runs_to_decide(): the fewest runs that can decide a point
-SECOND_RUNS = 20        # the judge's last look (figures.REPEAT_STEPS)
+FIRST_RUNS = 6          # judge.runs_to_decide(): the fewest runs that can decide a point
+SECOND_RUNS = 20        # the judge's last look (judge.REPEAT_STEPS)
 SCREEN_ALPHA = 0.05     # below it the first look runs more
 ALPHA = 2e-4            # a point disagrees below it: at ~60 deciding points, <= 1.2 % a suite
 SEED_OFFSET = 1000      # fresh runs' seeds: base + SEED_OFFSET + r, apart from the kept runs'
@@ -103,33 +102,33 @@ class FigureCheck:
                 + f"\nmake it again: {REMAKE.format(name=self.figure)}")
 
 
-def at_point(c: figures.Claim, x: float) -> figures.Claim:
+def at_point(c: figure.Claim, x: float) -> figure.Claim:
     """The claim as judged at one of its points."""
     return c.model_copy(update={"at": x, "from_": None})
 
 
-def _margin(fig: figures.Figure, table: pd.DataFrame, c: figures.Claim, x: float, limit: float) -> float:
+def _margin(fig: figure.Figure, table: pd.DataFrame, c: figure.Claim, x: float, limit: float) -> float:
     """How far the point's median is from the claim's bound, in Mbit/s (the gap's median
     from the margin for a gap between two curves)."""
-    med = figures.point_means(fig, table, c.metric)
+    med = judge.point_means(fig, table, c.metric)
     v = med.at[x, c.series]
     if c.below_series is not None:
         return abs(float(med.at[x, c.below_series] - v) - c.margin_mbps)
     return abs(float(v) - (c.below if c.below is not None else c.above) * limit)
 
 
-def deciding_points(fig: figures.Figure, table: pd.DataFrame) -> list[Deciding]:
+def deciding_points(fig: figure.Figure, table: pd.DataFrame) -> list[Deciding]:
     """Each claim's deciding point in the kept table (module docstring), merged where
     claims share one; a claim the kept table cannot test has none."""
-    limit = figures._limit(table) * figures.PAYLOAD_SHARE
-    xs_all = sorted({float(x) for x in table[figures._col(fig.x)].dropna()})
+    limit = judge.link_limit(table) * judge.PAYLOAD_SHARE
+    xs_all = sorted({float(x) for x in table[figure.col(fig.x)].dropna()})
     found: dict[tuple[str, float], list[int]] = {}
     for i, c in enumerate(fig.claims):
-        verdict = figures._judge_claim(fig, table, c, limit)[0]
+        verdict = judge.judge_claim(fig, table, c, limit)[0]
         if verdict == "not testable":
             continue
         xs = [x for x in xs_all if (x == c.at if c.at is not None else x >= c.from_)]
-        states = {x: figures._judge_claim(fig, table, at_point(c, x), limit)[0] for x in xs}
+        states = {x: judge.judge_claim(fig, table, at_point(c, x), limit)[0] for x in xs}
         mine = [x for x in xs if states[x] == verdict]
         if not mine:
             continue
@@ -140,60 +139,25 @@ def deciding_points(fig: figures.Figure, table: pd.DataFrame) -> list[Deciding]:
     return [Deciding(s, x, tuple(v)) for (s, x), v in found.items()]
 
 
-@lru_cache(maxsize=64)
-def _u_null(n: int, m: int) -> np.ndarray:
-    """P(U = u), u = 0..n*m, for U the Mann-Whitney statistic of n against m runs with
-    no ties (every ordering of the n + m runs equally likely): the counts follow
-    ways(i, j, u) = ways(i-1, j, u-j) + ways(i, j-1, u) (the largest run is one of the
-    i, beating all j, or one of the j)."""
-    size = n * m + 1
-    rows = [np.zeros(size) for _ in range(m + 1)]     # rows[j]: ways(i, j, .)
-    for r in rows:
-        r[0] = 1.0                                     # i = 0
-    for i in range(1, n + 1):
-        new = [np.zeros(size) for _ in range(m + 1)]
-        new[0][0] = 1.0
-        for j in range(1, m + 1):
-            shifted = np.zeros(size)
-            shifted[j:] = rows[j][:size - j]
-            new[j] = shifted + new[j - 1]
-        rows = new
-    return rows[m] / rows[m].sum()
-
-
-def rank_sum_p(a: list[float], b: list[float]) -> float:
-    """The exact two-sided p-value of the Mann-Whitney rank-sum test of a against b: ties
-    count half in U and the null is that without ties (conservative where runs tie)."""
-    n, m = len(a), len(b)
-    if not n or not m:
-        return float("nan")
-    x, y = np.asarray(a, float)[:, None], np.asarray(b, float)[None, :]
-    u = float((x > y).sum() + 0.5 * (x == y).sum())
-    d = abs(u - n * m / 2)
-    cut = int(np.ceil(n * m / 2 - d))       # P(U <= cut) = P(U >= n*m - cut): symmetric
-    pmf = _u_null(n, m)
-    return float(min(1.0, 2 * pmf[:cut + 1].sum())) if d > 0 else 1.0
-
-
-def opposite(kept: str, fresh: str) -> bool:
+def opposite(was: str, now: str) -> bool:
     decided = ("holds", "does not hold")
-    return kept in decided and fresh in decided and kept != fresh
+    return was in decided and now in decided and was != now
 
 
-def judge_point(fig: figures.Figure, kept: pd.DataFrame, fresh: pd.DataFrame, d: Deciding,
+def judge_point(fig: figure.Figure, kept_table: pd.DataFrame, fresh: pd.DataFrame, d: Deciding,
                 final: bool) -> PointCheck:
     """A deciding point's comparison after one look (final: the last look)."""
     def runs(t):
-        return figures._faithful_values(fig, t, d.series, d.x, fig.claims[d.claims[0]].metric)
-    k, f = runs(kept), runs(fresh)
-    pc = PointCheck(d.series, d.x, d.claims, k, f, rank_sum_p(f, k))
+        return judge.faithful_values(fig, t, d.series, d.x, fig.claims[d.claims[0]].metric)
+    k, f = runs(kept_table), runs(fresh)
+    pc = PointCheck(d.series, d.x, d.claims, k, f, judge.rank_sum_p(f, k))
     if not f:
         pc.outcome, pc.why = "not testable", "no fresh run was faithful"
         return pc
-    limit = figures._limit(kept) * figures.PAYLOAD_SHARE
+    limit = judge.link_limit(kept_table) * judge.PAYLOAD_SHARE
     for i in d.claims:
         c = at_point(fig.claims[i], d.x)
-        pc.states[i] = (figures._judge_claim(fig, kept, c, limit)[0], figures._judge_claim(fig, fresh, c, limit)[0])
+        pc.states[i] = (judge.judge_claim(fig, kept_table, c, limit)[0], judge.judge_claim(fig, fresh, c, limit)[0])
     turned = [i for i, (a, b) in pc.states.items() if opposite(a, b)]
     pc.outcome, pc.why = decide(pc.p, turned, final)
     return pc
@@ -214,12 +178,12 @@ def decide(p: float, turned: list[int], final: bool) -> tuple[str, str]:
 Runner = Callable[[list, dict, int, Path], pd.DataFrame]
 
 
-def fresh_points(fig: figures.Figure, points: list[Deciding],
+def fresh_points(fig: figure.Figure, points: list[Deciding],
                  alter: Callable | None = None) -> tuple[list, dict]:
     """The scenarios of the deciding points on the figure's full setting, their seeds
     moved past the kept runs' (alter: a further change to each, for the tests that show
     what a change in behaviour does)."""
-    data, overrides, grid, _ = figures.plan(fig, False)
+    data, overrides, grid, _ = figure.plan(fig, False)
     out = []
     for d in points:
         g = {**grid, fig.series: [d.series], fig.x: [f"{d.x:g}"]}
@@ -242,26 +206,18 @@ def sweep_runner(jobs: int | None = None, log=lambda m: None, progress=lambda ru
     return run
 
 
-def kept(name: str):
-    """(table, sweep.json) of a figure's full kept result, or None."""
-    result = scoreboard.kept(name)
-    if result is None or result[1].get("quick"):
-        return None
-    return result
-
-
 def check_figure(name: str, run: Runner | None = None, alter: Callable | None = None,
                  log=lambda m: None) -> FigureCheck:
     """Fresh runs of today's code at each deciding point of the figure's kept result,
     compared with the kept runs there (module docstring)."""
-    fig = figures.load(name)
-    result = kept(name)
+    fig = figure.load(name)
+    result = kept.full(name)
     if result is None:
         return FigureCheck(name, [], skipped="no full kept result")
     table, meta = result
     if "repeat" in table and table["repeat"].max() >= SEED_OFFSET:
         raise ValueError(f"{name}: kept runs reach repeat {table['repeat'].max()}, past SEED_OFFSET")
-    why = scoreboard.stale(fig, meta)
+    why = kept.stale(fig, meta)
     if why:
         return FigureCheck(name, [], skipped=f"the kept result is stale: {why}")
     run = run or sweep_runner(log=log)
@@ -282,17 +238,17 @@ def check_figure(name: str, run: Runner | None = None, alter: Callable | None = 
 
 
 def main(argv=None) -> int:
-    """python -m incast.report.check [NAME ...]: check kept results (all by default);
+    """python -m incast.campaign.check [NAME ...]: check kept results (all by default);
     exits 1 where one disagrees."""
-    ap = argparse.ArgumentParser(prog="python -m incast.report.check", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m incast.campaign.check", description=__doc__.split("\n")[0])
     ap.add_argument("names", nargs="*", help="figures (default: every one with a full kept result)")
     ap.add_argument("--jobs", type=int, default=None, help="runs at once (default: one per core)")
     ap.add_argument("--json", action="store_true", help="one JSON line per figure")
     a = ap.parse_args(argv)
-    names = a.names or [n for n in figures.known() if kept(n) is not None]
+    names = a.names or [n for n in figure.known() if kept.full(n) is not None]
     bad = 0
     for name in names:
-        why = figures.missing(figures.load(name))
+        why = figure.missing(figure.load(name))
         if why:
             print(f"{name}: not checked here: {'; '.join(why)}")
             continue

@@ -7,7 +7,7 @@ what :func:`pages` returns into the site. Nothing here is committed as Markdown:
   and its tables), walked through ``model_fields``: its type, default, limits, short
   name (``scenario.ALIASES``), command-line flag, and its ``description``;
 - ``figure-catalog.md``: every file of ``figures/`` as ``incast figure`` reads it
-  (:func:`incast.report.figures.load`), with our pictures where ``docs/`` has them and
+  (:func:`incast.campaign.figure.load`), with our pictures where ``docs/`` has them and
   a kept result (``sweep.parquet``, ``sweep.json`` and ``figure.png`` of ``incast figure
   NAME``, copied into ``docs/figure-results/NAME/``) with its claims judged at the build;
 - ``labs/NN-name.md``: each lab's handout (``labs/NN-name/README.md``) with its links
@@ -15,7 +15,6 @@ what :func:`pages` returns into the site. Nothing here is committed as Markdown:
 """
 from __future__ import annotations
 
-import ast
 import json
 import re
 import types
@@ -26,14 +25,13 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from incast import scenario as scn
+from incast import registry as registries, scenario as scn, testbed
+from incast.campaign import figure, judge, kept
 from incast.constants import LABS_DIR, REPO
-from incast.report import figures
+from incast.registry import DATAPLANES
 from incast.units import format_rate, format_size, format_time_us
 
 DOCS_DIR = REPO / "docs"
-# A figure's kept result: sweep.parquet, sweep.json and figure.png of incast figure NAME.
-KEPT_FIGURES_DIR = DOCS_DIR / "figure-results"
 
 # What a field means where its description in incast/scenario.py leaves something out:
 # said once here, shown after the description (or alone where there is none).
@@ -251,7 +249,6 @@ def _help_of(path: str) -> dict[str, str]:
     name = _HELP.get(path)
     if not name:
         return {}
-    from incast import registry as registries
     registry = getattr(registries, name)
     return {name: entry.help for name, entry in registry.items()}
 
@@ -386,10 +383,9 @@ def _comments(path: Path) -> list[str]:
 
 
 def _needs(fig) -> str:
-    from incast.registry import DATAPLANES
     what = {"virtual-time": "the UML kernels (`kernels/build.sh --uml`): it runs in virtual time",
             **{name: e.tools for name, e in DATAPLANES.items() if e.tools}}
-    return "; ".join(what.get(n, n) for n in figures.needs(fig)) or "nothing beyond the set-up: it runs in real time"
+    return "; ".join(what.get(n, n) for n in figure.needs(fig)) or "nothing beyond the set-up: it runs in real time"
 
 
 def _claim_check(fig, c) -> str:
@@ -410,7 +406,7 @@ def _kept(fig) -> list[str]:
     """A kept result (docs/figure-results/NAME/: the sweep's sweep.parquet and
     sweep.json, and figure.png, as `incast figure NAME` wrote them), its claims judged
     again now, by the rules and the figure file of this checkout."""
-    folder = KEPT_FIGURES_DIR / fig.name
+    folder = kept.KEPT_FIGURES_DIR / fig.name
     if not (folder / "sweep.parquet").is_file():
         return []
     import pandas as pd
@@ -424,9 +420,9 @@ def _kept(fig) -> list[str]:
         runs += ", every run faithful" if faithful.all() else f", {int((~faithful).sum())} not faithful"
     lines = [f"**Kept result** (`docs/figure-results/{fig.name}/`, {what}: {runs}; its claims judged at "
              "this build):", "", "| claim | verdict | measured (median [min-max, runs]) |", "|---|---|---|"]
-    lines += [f"| {_cell(v['claim'])} | {v['verdict']} | {_cell(v['detail'])} |" for v in figures.judge(fig, table)]
+    lines += [f"| {_cell(v['claim'])} | {v['verdict']} | {_cell(v['detail'])} |" for v in judge.judge(fig, table)]
     lines.append("")
-    compared = figures.comparison(fig, table)
+    compared = judge.comparison(fig, table)
     compared = compared[compared["ours"].notna()]
     if len(compared):
         lines += [f"| curve | {fig.x} | paper | ours | ratio |", "|---|---|---|---|---|"]
@@ -444,11 +440,11 @@ def figure_catalog() -> str:
              "runs it, the numbers its paper's text gives, and its claims as checks. What the catalog is",
              "and how a claim is judged: [The papers' figures](figures.md).", "",
              "| figure | paper | needs |", "|---|---|---|"]
-    names = figures.known()
-    loaded = {name: figures.load(name) for name in names}
+    names = figure.known()
+    loaded = {name: figure.load(name) for name in names}
     for name, fig in loaded.items():
         lines.append(f"| [`{name}`](#{name}) | {_cell(fig.paper)}, {_cell(fig.figure)} | "
-                     f"{', '.join(figures.needs(fig)) or 'real time'} |")
+                     f"{', '.join(figure.needs(fig)) or 'real time'} |")
     lines.append("")
     for name, fig in loaded.items():
         lines += [f"## {fig.paper}, {fig.figure} {{ #{name} }}", "",
@@ -470,7 +466,7 @@ def figure_catalog() -> str:
                 parts.append(f"{quick['repeat']} repetitions")
             lines.append("- **`--quick`:** " + "; ".join(parts))
         lines.append("")
-        for note in _comments(figures.FIGURES_DIR / f"{name}.toml"):
+        for note in _comments(figure.FIGURES_DIR / f"{name}.toml"):
             lines += [f"*From the figure file:* {note}", ""]
         if fig.paper_numbers:
             lines += ["The paper's numbers:", "", "| curve | x | value | from the text |", "|---|---|---|---|"]
@@ -519,7 +515,6 @@ def lab_page(folder: Path) -> str:
 def testbed_catalog() -> str:
     """The papers' testbeds (testbeds/*.toml): each setting with the sentence it comes
     from, and what the testbed does not model."""
-    from incast import testbed
     lines = ["# The papers' testbeds", "",
              "Made from `testbeds/` at every build. How a testbed applies to a scenario: "
              "[Testbeds](testbeds.md).", ""]

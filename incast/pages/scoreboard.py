@@ -6,25 +6,21 @@ its text gives one, ours (median, spread, runs) from the figure's kept result
 checkout's judge, and, for a declared divergence, what the figure file says of its
 mechanism. The counts head the page.
 
-``python -m incast.report.scoreboard`` writes docs/scoreboard.md; ``--check`` exits 1
+``python -m incast.pages.scoreboard`` writes docs/scoreboard.md; ``--check`` exits 1
 where the page is not what the kept results and the judge give now (the test suite runs
 it, so the page cannot drift from the results).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from pathlib import Path
 
+from incast.campaign import figure, judge, kept
 from incast.constants import DOCS_DIR
-from incast.report import figures
-from incast.scenario import Scenario
 
-KEPT_FIGURES_DIR = DOCS_DIR / "figure-results"
 PAGE = DOCS_DIR / "scoreboard.md"
-DEFAULT_PLANE = Scenario.model_fields["dataplane"].default
 VERDICTS = ("holds", "does not hold", "undecided", "not testable", "no kept result")
 
 
@@ -32,60 +28,19 @@ def _cell(text) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def kept(name: str):
-    """(table, sweep.json) of a figure's kept result, or None."""
-    import pandas as pd
-    folder = KEPT_FIGURES_DIR / name
-    if not (folder / "sweep.parquet").is_file():
-        return None
-    meta = json.loads((folder / "sweep.json").read_text()) if (folder / "sweep.json").is_file() else {}
-    return pd.read_parquet(folder / "sweep.parquet"), meta
-
-
-def stale(fig, meta: dict) -> str:
-    """Why a kept result no longer shows what the figure runs (empty: it does): the
-    sweep file's settings or the figure's (its testbed's included) changed since. Whether
-    today's code still gives it is asked of the code, not of its bytes: fresh runs at
-    its claims' deciding points (incast.report.check, run by the test suite); the code
-    version it records is its provenance."""
-    data, overrides, _, _ = figures.plan(fig, bool(meta.get("quick")))
-    if meta.get("base") is not None and meta["base"] != data:
-        return "its sweep file changed since"
-    if meta.get("overrides") is not None and meta["overrides"] != overrides:
-        changed = sorted(k for k in set(overrides) | set(meta["overrides"])
-                         if overrides.get(k) != meta["overrides"].get(k))
-        return "made with other settings (" + ", ".join(changed) + ")"
-    return ""
-
-
-def stale_code(meta: dict, planes) -> str:
-    """Why a kept result's runs did not execute today's code (empty: they did)."""
-    code = meta.get("code")
-    if not code:
-        return "its code is not recorded"
-    today = figures.code_versions()
-    changed = sorted(p for p in planes if code.get(p) != today.get(p))
-    if changed:
-        return "made by code that has since changed what its runs do (" + ", ".join(
-            f"{p}: {code.get(p)} then, {today.get(p)} now" for p in changed) + ")"
-    if meta.get("uncommitted_changes") and meta.get("code_from_commit"):
-        return "made with uncommitted changes beside its commit's code (which is today's)"
-    return ""
-
-
 def rows() -> list[dict]:
     """One row per claim of every figure."""
     out = []
-    for name in figures.known():
-        fig = figures.load(name)
-        result = kept(name)
-        verdicts = figures.judge(fig, result[0]) if result else None
+    for name in figure.known():
+        fig = figure.load(name)
+        result = kept.result(name)
+        verdicts = judge.judge(fig, result[0]) if result else None
         numbers = {(n.series, n.x): n.value for n in fig.paper_numbers}
         for i, c in enumerate(fig.claims):
             v = verdicts[i] if verdicts else {"verdict": "no kept result", "detail": ""}
             paper = numbers.get((c.series, c.at)) if c.at is not None else None
             meta = result[1] if result else {}
-            why_stale = stale(fig, meta) if result else ""
+            why_stale = kept.stale(fig, meta) if result else ""
             out.append({"figure": name, "paper": fig.paper, "figure_title": fig.figure, "index": i,
                         "claim": c.text, "paper_number": paper, "verdict": v["verdict"],
                         "ours": v["detail"], "divergence": c.divergence,
@@ -99,7 +54,7 @@ def page() -> str:
     counts = Counter(x["verdict"] for x in r)
     declared = sum(1 for x in r if x["divergence"])
     lines = ["# Scoreboard: the papers' claims, judged", "",
-             "Made by `python -m incast.report.scoreboard` from the figures' kept results "
+             "Made by `python -m incast.pages.scoreboard` from the figures' kept results "
              "(`docs/figure-results/`, written by `incast figure NAME`) and this checkout's judge "
              "([how a claim is judged](figures.md)); the test suite checks that it is current. "
              "A claim the testbed does not reproduce is a declared divergence in its figure file.", "",
@@ -127,14 +82,14 @@ def page() -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m incast.report.scoreboard", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m incast.pages.scoreboard", description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if docs/scoreboard.md is not current")
     args = ap.parse_args(argv)
     text = page()
     if args.check:
         current = PAGE.read_text() if PAGE.is_file() else ""
         if current != text:
-            print(f"{PAGE} is not current: python -m incast.report.scoreboard", file=sys.stderr)
+            print(f"{PAGE} is not current: python -m incast.pages.scoreboard", file=sys.stderr)
             return 1
         return 0
     PAGE.write_text(text)

@@ -4,7 +4,7 @@ its grid narrowed to some points, one or more settings changed on top, every poi
 timeouts a run beside the figure's kept result at the same points, made with the same
 code or not (it says which): how the divergences' "one setting changed" are made.
 
-    python -m incast.report.ablation sigcomm09-fig1 --at senders=47 --at rto_min=200us \\
+    python -m incast.campaign.ablation sigcomm09-fig1 --at senders=47 --at rto_min=200us \\
         --set switch.buffer=128KiB --out results/fig1-buffer128
 
 Points already in the point store are not run again, so the kept result's own runs are
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from incast.errors import BadInput
-from incast.report import figures, scoreboard
-from incast.report.reference import KEPT_FIGURES_DIR
+from incast.campaign import figure, kept, make
+from incast.errors import BadInput, ScenarioError
+from incast.run import sweep
 
 
 class AblationError(BadInput):
@@ -51,13 +51,13 @@ def narrowed(grid: dict[str, list[str]], at: dict[str, str]) -> dict[str, list[s
 
 
 def kept_table(name: str) -> pd.DataFrame | None:
-    path = KEPT_FIGURES_DIR / name / "sweep.parquet"
+    path = kept.KEPT_FIGURES_DIR / name / "sweep.parquet"
     return pd.read_parquet(path) if path.is_file() else None
 
 
 def summarize(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Per point: runs, goodput median [min-max], timeouts a run (min-max)."""
-    g = table.groupby([figures._col(k) for k in keys], observed=True)
+    g = table.groupby([figure.col(k) for k in keys], observed=True)
     return pd.DataFrame({
         "runs": g.size(),
         "goodput_median": g["goodput_mbps"].median().round(1),
@@ -69,17 +69,17 @@ def summarize(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     })
 
 
-def lines(ablated: pd.DataFrame, kept: pd.DataFrame | None, keys: list[str], same_code: bool) -> list[str]:
+def lines(ablated: pd.DataFrame, kept_runs: pd.DataFrame | None, keys: list[str], same_code: bool) -> list[str]:
     out = []
     for point, r in summarize(ablated, keys).iterrows():
         point = point if isinstance(point, tuple) else (point,)
         where = " ".join(f"{k}={v}" for k, v in zip(keys, point))
         line = (f"{where}: {r.goodput_median:.1f} [{r.goodput_min:.1f}-{r.goodput_max:.1f}] Mbit/s, "
                 f"n={r.runs:.0f} ({r.faithful:.0f} faithful), timeouts {r.timeouts_min:.0f}-{r.timeouts_max:.0f} a run")
-        if kept is not None:
-            k = kept
+        if kept_runs is not None:
+            k = kept_runs
             for key, v in zip(keys, point):
-                k = k[k[figures._col(key)].astype(str) == str(v)]
+                k = k[k[figure.col(key)].astype(str) == str(v)]
             if len(k):
                 g = k["goodput_mbps"]
                 line += (f"; kept result {g.median():.1f} [{g.min():.1f}-{g.max():.1f}], n={len(k)}"
@@ -89,7 +89,7 @@ def lines(ablated: pd.DataFrame, kept: pd.DataFrame | None, keys: list[str], sam
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m incast.report.ablation",
+    ap = argparse.ArgumentParser(prog="python -m incast.campaign.ablation",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("figure", help="a figure (incast figure list)")
     ap.add_argument("--at", action="append", default=[], metavar="FIELD=V1,V2",
@@ -100,11 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="points at once (default: one per core)")
     ap.add_argument("--out", required=True, help="directory to create")
     a = ap.parse_args(argv)
-    from incast.errors import ScenarioError
-    from incast.run import sweep
     try:
-        fig = figures.load(a.figure)
-        data, overrides, grid, _ = figures.plan(fig, False)
+        fig = figure.load(a.figure)
+        data, overrides, grid, _ = figure.plan(fig, False)
         grid = narrowed(grid, pairs(a.at, "--at"))
         changed = pairs(a.set, "--set")
         points = sweep.expand(data, {**overrides, **changed}, sweep.parse_grid([], grid))
@@ -113,19 +111,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = sweep.run_sweep(points, grid, a.repeat, Path(a.out), unique=False,
                              meta={"ablation_of": fig.name, "changed": changed, "base_overrides": overrides,
-                                   **figures.provenance(),
-                                   "command": " ".join(["python -m incast.report.ablation", *sys.argv[1:]])},
+                                   **make.provenance(),
+                                   "command": " ".join(["python -m incast.campaign.ablation", *sys.argv[1:]])},
                              progress=sweep.runs_bar, jobs=a.jobs, log=lambda m: print(m, file=sys.stderr))
     ablated = pd.read_parquet(result.final / "sweep.parquet")
-    kept = kept_table(fig.name)
+    kept_runs = kept_table(fig.name)
     same = False
-    if kept is not None:
-        meta = json.loads((KEPT_FIGURES_DIR / fig.name / "sweep.json").read_text())
-        planes = sorted(set(kept["dataplane"].dropna())) if "dataplane" in kept else ["linux"]
-        same = not scoreboard.stale_code(meta, planes)
+    if kept_runs is not None:
+        meta = json.loads((kept.KEPT_FIGURES_DIR / fig.name / "sweep.json").read_text())
+        planes = sorted(set(kept_runs["dataplane"].dropna())) if "dataplane" in kept_runs else ["linux"]
+        same = not kept.stale_code(meta, planes)
     changes = ", ".join(f"{k}={v}" for k, v in changed.items()) or "nothing changed"
     print(f"{fig.name} with {changes} ({result.reused} of {result.runs} runs from the point store):")
-    for line in lines(ablated, kept, list(grid), same):
+    for line in lines(ablated, kept_runs, list(grid), same):
         print("  " + line)
     return 0
 

@@ -1,0 +1,161 @@
+"""The papers' figures: one small file each in figures/ (incast figure list).
+
+A figure file names the paper, the figure and its caption, the sweep that reproduces it
+(a scenario file from scenarios/ with the figure's own settings and grid), the numbers
+the paper's text gives, each with the sentence it comes from, and the paper's claims as
+checks on our sweep table (incast.campaign.judge). ``incast figure NAME`` runs it
+(incast.campaign.make).
+"""
+from __future__ import annotations
+
+import tomllib
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from incast import clock as clocks
+from incast import testbed
+from incast.constants import FIGURES_DIR
+from incast.errors import BadInput
+from incast.registry import DATAPLANES
+from incast.run import preflight, sweep
+from incast.scenario import load_file
+
+
+class FigureError(BadInput):
+    """Bad input (exit 2), as the CLI reports scenario errors."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PaperNumber(_Model):
+    series: str
+    x: float
+    value: float
+    metric: str = "goodput_mbps"
+    source: str = Field(description="the sentence of the paper the number comes from")
+
+
+class Claim(_Model):
+    text: str
+    series: str
+    at: float | None = None
+    from_: float | None = Field(None, alias="from")
+    metric: str = "goodput_mbps"
+    below: float | None = Field(None, description="fraction of the payload limit")
+    above: float | None = Field(None, description="fraction of the payload limit")
+    below_series: str | None = None
+    margin_mbps: float = 0.0
+    divergence: str | None = Field(
+        None, description="the claim does not reproduce here: why, the numbers, what was tried (its test "
+                          "is a strict xfail, so the day it holds the suite says so)")
+
+    @model_validator(mode="after")
+    def _one_check(self):
+        if sum(v is not None for v in (self.below, self.above, self.below_series)) != 1:
+            raise ValueError(f"claim {self.text!r}: give exactly one of below, above, below_series")
+        if (self.at is None) == (self.from_ is None):
+            raise ValueError(f"claim {self.text!r}: give exactly one of at, from")
+        return self
+
+
+class Figure(_Model):
+    name: str = ""
+    paper: str
+    figure: str
+    caption: str
+    sweep: str = Field(description="scenario (sweep) file, relative to the repository")
+    x: str = "senders"
+    series: str
+    settings: dict[str, Any] = Field(default_factory=dict, description="fields as for --set")
+    grid: dict[str, list] = Field(default_factory=dict, description="replaces the sweep file's grid")
+    repeat: int = 1
+    quick: dict[str, Any] = Field(default_factory=dict, description="grid, repeat and settings for --quick")
+    paper_numbers: list[PaperNumber] = Field(default_factory=list)
+    claims: list[Claim] = Field(default_factory=list)
+    model: Literal["wren09"] | None = Field(
+        None, description="an analytical model fitted to the fixed-fragment curves and drawn over them "
+                          "(wren09: Chen et al.'s Section 6.1, incast.report.wren_model)")
+
+
+def known() -> list[str]:
+    return sorted(p.stem for p in FIGURES_DIR.glob("*.toml"))
+
+
+def load(name: str) -> Figure:
+    path = FIGURES_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise FigureError(f"no figure {name!r} (incast figure list: {', '.join(known())})")
+    try:
+        return Figure.model_validate({**tomllib.loads(path.read_text()), "name": name})
+    except (ValidationError, tomllib.TOMLDecodeError) as e:
+        raise FigureError(f"figures/{name}.toml: {e}") from None
+
+
+def scenarios(fig: Figure) -> list:
+    """Every scenario the figure's full and quick grids run."""
+    out = []
+    for quick in (False, True):
+        data, overrides, grid, _ = plan(fig, quick)
+        out += [s for _, s in sweep.expand(data, overrides, sweep.parse_grid([], grid))]
+    return out
+
+
+def needs(fig: Figure) -> list[str]:
+    """What the figure's runs need beyond the set-up, read from its scenarios: virtual
+    time (the UML kernels) and the data planes that need tools of their own."""
+    found = []
+    for s in scenarios(fig):
+        for need, yes in (("virtual-time", clocks.named(s.clock).simulated),
+                          (s.dataplane, bool(DATAPLANES[s.dataplane].tools))):
+            if yes and need not in found:
+                found.append(need)
+    return found
+
+
+def missing(fig: Figure) -> list[str]:
+    """What this machine lacks for the figure, as reasons (empty: it can run here),
+    asked of each of its scenarios (incast.run.preflight.host_missing)."""
+    why: list[str] = []
+    asked = set()
+    for s in scenarios(fig):
+        # one of each kind: finding a guest kernel hashes its inputs (tens of ms)
+        kind = (s.clock, s.kernel, s.dataplane, s.topology.senders if s.dataplane != "linux" else 0)
+        if kind not in asked:
+            asked.add(kind)
+            why += [w for w in preflight.host_missing(s) if w not in why]
+    return why
+
+
+def plan(fig: Figure, quick: bool) -> tuple[dict, dict, dict, int]:
+    """(scenario data, overrides, grid, repeat) of the figure's sweep."""
+    path = FIGURES_DIR.parent / fig.sweep
+    data = load_file(path)
+    grid = dict(tomllib.loads(path.read_text()).get("sweep", {}))
+    grid.update(fig.grid)
+    overrides = {k: cli_value(v) for k, v in fig.settings.items()}
+    if "testbed" in fig.settings:
+        # The figure runs on its paper's testbed: the testbed's settings win over the
+        # sweep file's (a first look at whatever rate this machine holds), the
+        # figure's own win over both.
+        overrides = {**{k: cli_value(v) for k, v in testbed.settings(str(fig.settings["testbed"])).items()},
+                     **overrides}
+    repeat = fig.repeat
+    if quick:
+        grid.update(fig.quick.get("grid", {}))
+        overrides.update({k: cli_value(v) for k, v in fig.quick.get("settings", {}).items()})
+        repeat = fig.quick.get("repeat", 1)
+    return data, overrides, {k: [str(v) for v in vals] for k, vals in grid.items()}, repeat
+
+
+def cli_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def col(field: str) -> str:
+    """The sweep table's column for a grid field (its last part)."""
+    return field.split(".")[-1]

@@ -1,0 +1,314 @@
+"""The judge: a claim's verdict on a sweep table, and the statistics it rests on.
+
+A claim is one comparison on the median of the faithful repetitions of one grid point
+(or of every point from ``from`` on): ``below``/``above`` a fraction of the payload
+limit (1448/1538 of the link), or ``below_series`` another curve by at least
+``margin_mbps``. A point decides where the distribution-free interval of its median (or
+of the gap between two curves) lies on one side of the bound.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from math import comb
+
+import numpy as np
+import pandas as pd
+
+from incast.campaign.figure import Claim, Figure, col
+
+
+PAYLOAD_SHARE = 1448 / 1538
+
+
+def faithful_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The runs a verdict may rest on: a run its own fidelity flagged never counts."""
+    if "fidelity_ok" not in table:
+        return table
+    return table[table["fidelity_ok"].fillna(False).astype(bool)]
+
+
+def point_stats(fig: Figure, table: pd.DataFrame, metric: str, stat: str = "median") -> pd.DataFrame:
+    """metric over the faithful repetitions of each point (stat: median, min, max,
+    count), one row per x, one column per series."""
+    t = faithful_rows(table)
+    t = t.dropna(subset=[metric]) if metric in t else t.iloc[0:0]
+    if not len(t):
+        return pd.DataFrame()
+    return t.groupby([col(fig.series), col(fig.x)])[metric].agg(stat).unstack(0)
+
+
+def point_means(fig: Figure, table: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The value a claim is judged on at each point: the median of its faithful runs
+    (one run at a tipping point says little; an outlier moves a mean, not a median)."""
+    return point_stats(fig, table, metric, "median")
+
+
+def _unfaithful(fig: Figure, table: pd.DataFrame, series: str, x) -> tuple[int, int]:
+    """(runs not faithful, runs) at one point."""
+    rows = table[(table[col(fig.series)].astype(str) == str(series)) & (table[col(fig.x)] == x)]
+    bad = int((~rows["fidelity_ok"].fillna(False).astype(bool)).sum()) if "fidelity_ok" in rows else 0
+    return bad, len(rows)
+
+
+def judge(fig: Figure, table: pd.DataFrame) -> list[dict]:
+    """A verdict for each claim, on the median of each point's faithful runs: holds, does
+    not hold, undecided (the runs disagree), or not testable (and why). Each point's spread (min-max, n) is in the
+    detail; runs that were not faithful are left out and counted there."""
+    out = []
+    limit = link_limit(table) * PAYLOAD_SHARE
+    for c in fig.claims:
+        verdict, detail, _, why = judge_claim(fig, table, c, limit)
+        out.append({"claim": c.text, "verdict": verdict, "detail": detail, "why": why,
+                    "divergence": c.divergence})
+    return out
+
+
+# Why a claim is not testable, for whoever acts on it (the suite defers an unreached
+# claim to the full kept result, skips one whose runs were not faithful on this machine,
+# and fails one whose runs did not finish).
+UNREACHED = "unreached"          # the sweep has none of the claim's points
+
+
+NOT_FAITHFUL = "not faithful"    # its runs were left out as not faithful
+
+
+UNFINISHED = "unfinished"        # no run of the point finished
+
+
+# A point decides a claim when the confidence interval of its median lies on one side
+# of the claim's bound: runs on both sides of it leave the point undecided, however the
+# median falls, until there are enough runs for the interval to clear the bound.
+# A verdict is to be 90% sure. incast figure looks at an undecided point up to three
+# times, after 6, 10 and 20 runs (REPEAT_STEPS), and stops at the first look that
+# decides: three looks at 90% each decide a tipping point wrongly more often than one
+# time in ten (a 10-run look once "held" a gap whose 20-run interval is 45.6 to 114.1
+# Mbit/s against a margin of 100). So each look is made at 1 - 0.1 / 3 (Bonferroni).
+CONFIDENCE = 0.9
+
+
+REPEAT_STEPS = (6, 10, 20)
+
+
+LOOK_CONFIDENCE = 1 - (1 - CONFIDENCE) / len(REPEAT_STEPS)
+
+
+def median_interval(values: list[float], confidence: float = LOOK_CONFIDENCE) -> tuple[float, float]:
+    """The distribution-free interval for the median of the runs' distribution: order
+    statistics k in from each end, k the largest with P(Binomial(n, 1/2) < k) <=
+    (1 - confidence) / 2. Too few runs for the confidence give min to max (3 runs: 75%,
+    6 runs: 97%); at LOOK_CONFIDENCE 10 runs give the 2nd to the 9th (97.9%), 20 runs
+    the 5th to the 16th (98.8%)."""
+    v = sorted(values)
+    n = len(v)
+    if not n:
+        return float("nan"), float("nan")
+    k, tail = 1, 0.0
+    while k < (n + 1) // 2:
+        tail += comb(n, k) / 2 ** n      # P(B = k) added: P(B <= k)
+        if tail + 1 / 2 ** n > (1 - confidence) / 2:
+            break
+        k += 1
+    return v[k - 1], v[n - k]
+
+
+def runs_to_decide(confidence: float = LOOK_CONFIDENCE) -> int:
+    """The fewest runs whose min-max interval of the median reaches the confidence (6 for
+    a look's 96.7%: 1 - 2/2^6 = 96.9%; five runs give 93.8%, three 75%)."""
+    n = 1
+    while 1 - 2 / 2 ** n < confidence:
+        n += 1
+    return n
+
+
+def point_verdict(runs: list[float], bound) -> str:
+    """holds / fails / split: where the interval of the median of one point's runs lies
+    against the claim's bound (a predicate on one value). Fewer runs than the confidence
+    needs decide nothing: three runs on one side of a bound happen one time in four at a
+    tipping point, so the point stays split (and incast figure adds runs) until its
+    interval is as sure as a look must be (LOOK_CONFIDENCE)."""
+    if len(runs) < runs_to_decide():
+        return "split"
+    lo, hi = median_interval(runs)
+    at_lo, at_hi = bool(bound(lo)), bool(bound(hi))
+    if at_lo and at_hi:
+        return "holds"
+    if not at_lo and not at_hi:
+        return "fails"
+    return "split"
+
+
+def judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tuple[str, str, list, str]:
+    """Each of the claim's points holds, fails or is split (incast.campaign.figure.
+    point_verdict); the claim does not hold where any point fails, is undecided where
+    none fails but some is split (the next repetitions could land on either side), and
+    holds where every point holds. Returns (verdict, detail, the split points' x, why a
+    claim is not testable: UNREACHED, NOT_FAITHFUL, UNFINISHED, or "")."""
+    med = point_means(fig, table, c.metric)
+    lo, hi = point_stats(fig, table, c.metric, "min"), point_stats(fig, table, c.metric, "max")
+    n = point_stats(fig, table, c.metric, "count")
+    every = {x for x in table[col(fig.x)].dropna()} if col(fig.x) in table else set()
+    xs = sorted(x for x in every if (x == c.at if c.at is not None else x >= c.from_))
+    if str(c.series) not in {str(s) for s in table.get(col(fig.series), pd.Series(dtype=str)).unique()}:
+        return "not testable", f"no {fig.series} = {c.series} in the sweep", [], UNREACHED
+    if not xs:
+        return ("not testable", f"no {fig.x} {'= ' + str(c.at) if c.at is not None else '>= ' + str(c.from_)} "
+                "in the sweep", [], UNREACHED)
+    parts, failed, split, split_xs = [], [], [], []
+    for x in xs:
+        for s in filter(None, (c.series, c.below_series)):
+            bad, runs = _unfaithful(fig, table, s, x)
+            if bad and (s not in med.columns or x not in med.index or pd.isna(med.at[x, s])):
+                return "not testable", f"{x:g} ({s}): {bad} of {runs} runs not faithful", [], NOT_FAITHFUL
+        if c.series not in med.columns or x not in med.index or pd.isna(med.at[x, c.series]):
+            return "not testable", f"{x:g}: no run of {c.series} finished", [], UNFINISHED
+        v = med.at[x, c.series]
+        spread = f" [{lo.at[x, c.series]:.1f}-{hi.at[x, c.series]:.1f}, n={int(n.at[x, c.series])}]"
+        bad, runs = _unfaithful(fig, table, c.series, x)
+        left_out = f" ({bad} of {runs} not faithful, left out)" if bad else ""
+        runs = faithful_values(fig, table, c.series, x, c.metric)
+        if c.below_series is None:
+            if c.below is not None:
+                bound, text = (lambda g: g < c.below * limit), f"< {c.below * limit:.1f}"
+            else:
+                bound, text = (lambda g: g > c.above * limit), f"> {c.above * limit:.1f}"
+            state = point_verdict(runs, bound)
+            if state == "split":
+                held = sum(bool(bound(g)) for g in runs)
+                m_lo, m_hi = median_interval(runs)
+                split.append(f"{x:g}: {held} of {len(runs)} runs hold, " + (
+                    f"too few to decide ({runs_to_decide()} needed)"
+                    if len(runs) < runs_to_decide() else f"the median's interval {m_lo:.1f}-{m_hi:.1f}"))
+        else:
+            other = med.at[x, c.below_series] if c.below_series in med.columns and x in med.index else float("nan")
+            text = f"{c.below_series} {other:.1f}"
+            # Both series are measured, so the gap's uncertainty is both series' spread:
+            # the claim is decided only where the gap's interval is on one side of the
+            # margin, and, as for one series, not before each has the runs a look needs.
+            others = faithful_values(fig, table, c.below_series, x, c.metric)
+            lo_gap, hi_gap = shift_interval(others, runs)
+            few = min(len(runs), len(others)) < runs_to_decide()
+            if few and not pd.isna(lo_gap):
+                state = "split"
+                split.append(f"{x:g}: {len(runs)} and {len(others)} runs, too few to decide "
+                             f"({runs_to_decide()} needed)")
+            elif pd.isna(lo_gap) or hi_gap < c.margin_mbps:
+                state = "fails"
+            elif lo_gap >= c.margin_mbps:
+                state = "holds"
+            else:
+                state = "split"
+                split.append(f"{x:g}: the gap's {LOOK_CONFIDENCE:.1%} interval {lo_gap:.1f} to {hi_gap:.1f} Mbit/s "
+                             f"straddles {c.margin_mbps:g}")
+        if state == "fails":
+            failed.append(f"{x:g}")
+        elif state == "split":
+            split_xs.append(x)
+        parts.append(f"{x:g}: {v:.1f}{spread}{left_out} vs {text}")
+    detail = "; ".join(parts)
+    if failed:
+        more = f" (undecided elsewhere: {'; '.join(split)})" if split else ""
+        return "does not hold", f"{detail}{more}", split_xs, ""
+    if split:
+        return "undecided", f"{detail} (the runs disagree: {'; '.join(split)})", split_xs, ""
+    return "holds", detail, [], ""
+
+
+def undecided_points(fig: Figure, table: pd.DataFrame) -> list[tuple[str, float]]:
+    """(series, x) of every point that leaves a claim undecided: where more repetitions
+    decide it (for a gap between two series, both series' runs at that x)."""
+    limit = link_limit(table) * PAYLOAD_SHARE
+    points = []
+    for c in fig.claims:
+        verdict, _, xs, _ = judge_claim(fig, table, c, limit)
+        if verdict != "undecided":
+            continue
+        for x in xs:
+            for s in filter(None, (c.series, c.below_series)):
+                if (s, x) not in points:
+                    points.append((s, x))
+    return points
+
+
+def shift_interval(a: list[float], b: list[float], confidence: float = LOOK_CONFIDENCE) -> tuple[float, float]:
+    """The distribution-free interval for how much `a` exceeds `b` (Hodges-Lehmann /
+    Mann-Whitney): order statistics of the pairwise differences, k in from each end,
+    with k from the exact null distribution of the U statistic. Too few runs for the
+    confidence give the whole range of differences (with 3 and 3 that is 90%)."""
+    diffs = sorted(x - y for x in a for y in b)
+    if not diffs:
+        return float("nan"), float("nan")
+    n, m = len(a), len(b)
+    # counts[u] = number of orderings of the n + m runs with U = u (recurrence on the
+    # largest value: it is one of a's, adding m to U, or one of b's)
+
+    @lru_cache(None)
+    def ways(i: int, j: int, u: int) -> int:
+        if u < 0:
+            return 0
+        if i == 0 or j == 0:
+            return 1 if u == 0 else 0
+        return ways(i - 1, j, u - j) + ways(i, j - 1, u)
+    total, tail, k = sum(ways(n, m, u) for u in range(n * m + 1)), 0, 0
+    while k < n * m // 2 and tail + ways(n, m, k) <= (1 - confidence) / 2 * total:
+        tail += ways(n, m, k)
+        k += 1
+    k = max(k - 1, 0)
+    return diffs[k], diffs[-1 - k]
+
+
+def faithful_values(fig: Figure, table: pd.DataFrame, series: str, x, metric: str) -> list[float]:
+    t = faithful_rows(table)
+    t = t[(t[col(fig.series)].astype(str) == str(series)) & (t[col(fig.x)] == x)]
+    return [float(g) for g in t[metric].dropna()] if metric in t else []
+
+
+def link_limit(table: pd.DataFrame) -> float:
+    return float(table["link_mbps"].dropna().iloc[0]) if "link_mbps" in table and table["link_mbps"].notna().any() else 1000.0
+
+
+def comparison(fig: Figure, table: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for n in fig.paper_numbers:
+        means = point_means(fig, table, n.metric)
+        ours = means.at[n.x, n.series] if n.series in means.columns and n.x in means.index else None
+        rows.append({"series": n.series, fig.x: n.x, "metric": n.metric, "paper": n.value,
+                     "ours": None if ours is None or pd.isna(ours) else round(float(ours), 1),
+                     "ratio": None if ours is None or pd.isna(ours) else round(float(ours) / n.value, 2),
+                     "source": n.source})
+    return pd.DataFrame(rows, columns=["series", fig.x, "metric", "paper", "ours", "ratio", "source"])
+
+
+@lru_cache(maxsize=64)
+def _u_null(n: int, m: int) -> np.ndarray:
+    """P(U = u), u = 0..n*m, for U the Mann-Whitney statistic of n against m runs with
+    no ties (every ordering of the n + m runs equally likely): the counts follow
+    ways(i, j, u) = ways(i-1, j, u-j) + ways(i, j-1, u) (the largest run is one of the
+    i, beating all j, or one of the j)."""
+    size = n * m + 1
+    rows = [np.zeros(size) for _ in range(m + 1)]     # rows[j]: ways(i, j, .)
+    for r in rows:
+        r[0] = 1.0                                     # i = 0
+    for i in range(1, n + 1):
+        new = [np.zeros(size) for _ in range(m + 1)]
+        new[0][0] = 1.0
+        for j in range(1, m + 1):
+            shifted = np.zeros(size)
+            shifted[j:] = rows[j][:size - j]
+            new[j] = shifted + new[j - 1]
+        rows = new
+    return rows[m] / rows[m].sum()
+
+
+def rank_sum_p(a: list[float], b: list[float]) -> float:
+    """The exact two-sided p-value of the Mann-Whitney rank-sum test of a against b: ties
+    count half in U and the null is that without ties (conservative where runs tie)."""
+    n, m = len(a), len(b)
+    if not n or not m:
+        return float("nan")
+    x, y = np.asarray(a, float)[:, None], np.asarray(b, float)[None, :]
+    u = float((x > y).sum() + 0.5 * (x == y).sum())
+    d = abs(u - n * m / 2)
+    cut = int(np.ceil(n * m / 2 - d))       # P(U <= cut) = P(U >= n*m - cut): symmetric
+    pmf = _u_null(n, m)
+    return float(min(1.0, 2 * pmf[:cut + 1].sum())) if d > 0 else 1.0
+
