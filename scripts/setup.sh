@@ -33,7 +33,7 @@ apt_packages=(
   bpftrace tcpdump memcached chromium
   verilator g++ make   # the hardware switch's model (rtl/, --switch rtl, tests/test_rtl_switch.py)
   python3 python3-venv python3-pip python3-scapy python3-matplotlib python3-pandas
-  python3-numpy python3-pytest python3-tqdm python3-pyroute2
+  python3-numpy python3-scipy python3-pytest python3-tqdm python3-pyroute2
 )
 # The switch's synthesis: nextpnr-ice40 places the iCE40 netlist (Yosys itself comes
 # from PyPI below: Debian's is too old to synthesize 16 ports in hours).

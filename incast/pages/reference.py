@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel
-from pydantic_core import PydanticUndefined
+from pydantic.fields import PydanticUndefined
 
 from incast import registry as registries, scenario as scn, testbed
 from incast.campaign import figure, judge, kept
