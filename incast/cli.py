@@ -189,10 +189,15 @@ def cmd_sweep(args) -> int:
 
 def cmd_cleanup(args) -> int:
     from incast.machine.resources import cleanup_all
+    from incast.run.points import Store
     removed = cleanup_all()
     for r in removed:
         print(f"removed {r['token']}: {r['processes']} processes, {r['namespaces']} namespaces")
-    if not removed:
+    store = Store()
+    scratch = store.remove_stale()
+    if scratch:
+        print(f"removed {scratch} directories killed runs left in the point store ({store.root})")
+    if not removed and not scratch:
         print("nothing to clean up")
     return 0
 

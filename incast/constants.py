@@ -51,3 +51,7 @@ NIC_SLACK_FRAMES_MAX = 8
 RTO_COUNTER = "TCPTimeouts"
 RTO_COUNTERS = [RTO_COUNTER, "TCPSackFailures", "TCPRenoFailures", "TCPSackRecoveryFail",
                 "TCPRenoRecoveryFail", "TCPLossFailures"]
+
+# A guest run's scratch directory, beside its results (incast.run.in_guest): locked while
+# its run lives, so that one a killed run left is told from one in use (points.Store).
+VM_SCRATCH_PREFIX = ".incast-vm-"

@@ -359,3 +359,45 @@ def test_a_sweeps_progress_is_lines_where_no_terminal_redraws_them():
     assert "\r" not in text and text.endswith("\n")
     lines = text.splitlines()
     assert len(lines) >= 2 and "4/4" in lines[-1], lines
+
+
+def test_a_guest_scratch_directory_a_killed_run_left_is_removed_and_one_in_use_is_not(tmp_path):
+    """A guest run's scratch directory in the point store holds a lock while its run
+    lives: one whose lock nobody holds (SIGKILL) goes at the next sweep or incast
+    cleanup; one locked, or still being made (no lock yet), stays."""
+    import fcntl
+    from incast.constants import VM_SCRATCH_PREFIX
+    store = points.Store(tmp_path / "store")
+    left, live, new = (store.root / f"{VM_SCRATCH_PREFIX}{n}" for n in ("left", "live", "new"))
+    for d in (left, live, new):
+        d.mkdir()
+        (d / "scenario.toml").write_text("")
+    (left / ".lock").touch()
+    fd = os.open(live / ".lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        assert store.remove_stale() == 1
+        assert not left.exists() and live.is_dir() and new.is_dir()
+    finally:
+        os.close(fd)
+    assert store.remove_stale() == 1 and not live.exists()
+
+
+@needs_uml
+def test_sigterm_takes_a_guest_runs_scratch_directory_with_it(tmp_path, no_leftovers):
+    """SIGTERM to a run in virtual time, whatever it is doing once its scratch directory
+    exists, removes that directory as the run ends (a killed campaign leaves nothing in
+    the point store)."""
+    out = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "incast", "run", "--senders", "2", *SMALL, "--blocks", "20",
+                             "--clock", "virtual", "--kernel", "stock", "--out", str(out)],
+                            cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".incast-vm-*/scenario.toml")):      # the run is in its guest phase
+        assert proc.poll() is None, f"the run ended first: {proc.stderr.read()}"
+        assert time.monotonic() < deadline, "no scratch directory in 120 s"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) != 0
+    assert not list(tmp_path.glob(".incast-vm-*")), sorted(p.name for p in tmp_path.iterdir())

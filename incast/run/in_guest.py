@@ -9,7 +9,9 @@ wall time beside the guest's (possibly virtual) time, per phase (host_phase_s).
 """
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -18,12 +20,13 @@ from pathlib import Path
 from incast import clock as clocks
 from incast import dataplane as dataplanes
 from incast import vm
-from incast.constants import REPO
+from incast.constants import REPO, VM_SCRATCH_PREFIX
 from incast.errors import MissingFeature, RunFailed
 from incast.measure.results import Claim, Outcome
 from incast.run import preflight
 from incast.run.phases import BLOCK_LINE, PHASE_LINE, HostPhases
 from incast.scenario import Scenario, to_toml
+from incast.vm import guest
 
 
 def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out: bool = False,
@@ -56,7 +59,12 @@ def run_in_guest(scenario: Scenario, out: Path, log=lambda msg: None, unique_out
             host_phases.stamp(PHASE_LINE.match(line).group(1))
         elif line and not line.startswith("{"):      # the last line is the summary
             log(line if line.startswith("warning:") else f"guest: {line}")
-    with tempfile.TemporaryDirectory(prefix=".incast-vm-", dir=out.parent) as tmp:
+    # SIGTERM and SIGHUP raise from here on, so the scratch directory goes with the run
+    # whatever phase a kill finds it in; its lock tells a later sweep's Store.remove_stale
+    # (or incast cleanup) that one left by SIGKILL is nobody's.
+    with guest.signals_raise(), tempfile.TemporaryDirectory(prefix=VM_SCRATCH_PREFIX, dir=out.parent) as tmp:
+        lock = os.open(Path(tmp, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(lock, fcntl.LOCK_EX)
         Path(tmp, "scenario.toml").write_text(to_toml(inner))
         r = runner.run_scenario(command, variant, scenario, tmp, REPO, on_line, log)
         if r.returncode != 0 or not Path(tmp, "run", "summary.json").is_file():

@@ -29,7 +29,7 @@ import uuid
 from functools import lru_cache
 from pathlib import Path
 
-from incast.constants import REPO
+from incast.constants import REPO, VM_SCRATCH_PREFIX
 from incast.measure.results import is_complete
 from incast.scenario import Scenario, to_toml
 
@@ -92,6 +92,22 @@ def point_key(scenario: Scenario) -> str:
     return h.hexdigest()[:20]
 
 
+def abandoned(d: Path) -> bool:
+    """Whether the directory's .lock exists and no live process holds it (a directory
+    without one is being made: it is not touched)."""
+    try:
+        fd = os.open(d / ".lock", os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False            # a run is writing it now
+    finally:
+        os.close(fd)
+    return True
+
+
 def default_store() -> Path:
     env = os.environ.get("INCAST_POINTS")
     if env:
@@ -137,25 +153,16 @@ class Store:
     def remove_stale(self) -> int:
         """What killed sweeps left: a measurement that completed before its sweep could
         install it is installed now (nothing measured is lost); the work directory of
-        one that did not complete (its lock held by no live process) is removed.
-        Returns how many were removed."""
+        one that did not complete, and a guest run's scratch directory (its lock held by
+        no live process), are removed. Returns how many were removed."""
         for d in self.root.glob(".*.new"):
             if is_complete(d):
                 self.install(d.name.split(".")[1], d)
         removed = 0
-        for d in self.root.glob(".*.incomplete"):
-            try:
-                fd = os.open(d / ".lock", os.O_RDWR)
-            except OSError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue            # a run is writing it now
-            finally:
-                os.close(fd)
-            shutil.rmtree(d, ignore_errors=True)
-            removed += 1
+        for d in [*self.root.glob(".*.incomplete"), *self.root.glob(f"{VM_SCRATCH_PREFIX}*")]:
+            if abandoned(d):
+                shutil.rmtree(d, ignore_errors=True)
+                removed += 1
         return removed
 
     def copy_into(self, key: str, dest: Path) -> None:
