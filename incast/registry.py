@@ -31,6 +31,7 @@ class DataPlaneEntry:
     telemetry_sampling: bool = False  # telemetry.sample other than "all" (records chosen in the switch)
     ecn: bool = False               # marks CE above switch.ecn (where the kernel/program can)
     multi_switch: bool = False      # forwards across several switches (topologies beyond star)
+    trunk_buffer: bool = False      # a trunk port's buffer may differ from a host port's (topology.trunk_buffer)
     max_ports: int = 0              # ports a switch takes
     tools: str = ""                 # what it needs beyond the set-up's base (the figure catalog says it)
     # Files outside the package its runs execute (globs from the checkout's top): they
@@ -66,7 +67,7 @@ class InstrumentEntry:
 
 DATAPLANES: dict[str, DataPlaneEntry] = {
     "linux": DataPlaneEntry("incast.dataplane.linux", "LinuxDataPlane", "kernel bridge + tc", calibrated=True,
-                            ecn=True, multi_switch=True, pause=True, pfc=True, pause_rx=True,
+                            ecn=True, multi_switch=True, trunk_buffer=True, pause=True, pfc=True, pause_rx=True,
                             pause_watchdog=True, port_burst_frames=4,   # linux.BURST_FRAMES
                             max_ports=1023),   # the kernel's BR_MAX_PORTS (1024) less port 0
     "bmv2": DataPlaneEntry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True,

@@ -131,6 +131,10 @@ class Topology(_Model):
         """Every host name the topology has: the client, the servers, the others."""
         return list(self._facts().hosts)
 
+    def trunked(self) -> bool:
+        """Whether its switches are several, joined by trunks."""
+        return self._facts().trunked
+
 
 def _rate_or_auto(value):
     if isinstance(value, str) and value.strip().lower() == "auto":
@@ -650,17 +654,18 @@ class Scenario(_Model):
                 raise ValueError(f"switch.pause.{what}: the {self.dataplane} data plane has no PFC watchdog "
                                  "(use dataplane "
                                  f"{' or '.join(n for n in can if DATAPLANES[n].pause_watchdog)})")
-        if pause.enabled and self.topology.kind != "star" and not plane.pause_rx:
+        if pause.enabled and self.topology.trunked() and not plane.pause_rx:
             # Its PAUSE would reach the other switch over the trunk and be ignored there:
             # the run would show flow control that half its switches do not do.
             raise ValueError(f"switch.pause across switches ({self.topology.kind}): the {self.dataplane} data "
                              "plane sends PAUSE but obeys none at its ports, so a switch would never hold the "
                              f"trunk (use dataplane {' or '.join(n for n in can if DATAPLANES[n].pause_rx)}, "
                              "or topology star)")
-        if self.topology.trunk_buffer is not None and (self.dataplane != "linux" or pause.enabled):
+        if self.topology.trunk_buffer is not None and (not plane.trunk_buffer or pause.enabled):
             # bmv2's limits and the PAUSE thresholds are the switch's per port; a trunk of
             # its own size is the kernel bridge's alone, without flow control.
-            raise ValueError("topology.trunk_buffer: for dataplane linux without switch.pause")
+            raise ValueError("topology.trunk_buffer: for dataplane "
+                             f"{' or '.join(n for n in can if DATAPLANES[n].trunk_buffer)} without switch.pause")
         if pause.storm and pause.storm.host not in self.topology.hosts():
             raise ValueError(f"switch.pause.storm.host: no host {pause.storm.host!r} in this topology")
         if self.switch.pool is not None and not plane.shared_buffer:
@@ -678,9 +683,9 @@ class Scenario(_Model):
                                      f"(hosts: client, server1.., and with topology.others: near1.., far1..)")
             if f.src == f.dst:
                 raise ValueError(f"background[{i}]: src and dst are the same host")
-        if self.topology.kind != "star" and not plane.multi_switch:
+        if self.topology.trunked() and not plane.multi_switch:
             raise ValueError(f"topology {self.topology.kind}: the {self.dataplane} data plane forwards "
-                             "in a single switch only (use dataplane linux)")
+                             f"in a single switch only (use dataplane {' or '.join(n for n in can if DATAPLANES[n].multi_switch)})")
         if self.switch.ecn is not None and not plane.ecn:
             raise ValueError(f"switch.ecn: the {self.dataplane} data plane does not mark ECN "
                              f"(use dataplane {' or '.join(n for n in can if DATAPLANES[n].ecn)})")

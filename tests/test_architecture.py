@@ -143,3 +143,19 @@ def test_the_clock_is_asked_not_named_outside_clock_py():
              for p in sorted((REPO / "incast").rglob("*.py")) if p.name != "clock.py"
              for i, line in enumerate(p.read_text().splitlines(), 1) if _NAMED.search(line)]
     assert found == []
+
+
+def test_no_data_plane_or_topology_is_compared_by_name_outside_the_registry():
+    """What a data plane or a topology can do is asked of the registry (DATAPLANES'
+    entries) or of the built Topo (scenario.Topology), never read off its name."""
+    import re
+    names = "|".join(["linux", "bmv2", "rtl", "star", "two_switch", "leaf_spine", "fan_in"])
+    compared = re.compile(rf"""(==|!=|\bin)\s*\(?["']({names})["']|["']({names})["']\s*(==|!=)""")
+    found = []
+    for path in sorted((REPO / "incast").rglob("*.py")):
+        if path.name == "registry.py":
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if compared.search(line.split("#")[0]):
+                found.append(f"{path.relative_to(REPO)}:{i}: {line.strip()}")
+    assert not found, "\n".join(found)
