@@ -291,6 +291,21 @@ class Pool(_Model):
         return self
 
 
+# A switch's buffer is a size (switch.buffer) or a packet count (switch.buffer_packets),
+# never both: where a layer of settings (a scenario file over a testbed, --set over a
+# file) gives one, it replaces the other beneath it. Switch._one_buffer refuses both.
+BUFFER_UNITS = ("buffer", "buffer_packets")
+
+
+def keep_given_buffer_unit(switch: dict, given) -> None:
+    """In raw switch data, drop the buffer unit the layer that set `given` (field
+    names) did not give, where it gave the other."""
+    units = [u for u in BUFFER_UNITS if u in given]
+    if len(units) == 1:
+        other, = [u for u in BUFFER_UNITS if u != units[0]]
+        switch.pop(other, None)
+
+
 class Switch(_Model):
     """Per-port egress buffer of every switch port, in bytes or (alternatively) packets,
     and optionally a pool they share (switch.pool)."""
@@ -823,10 +838,8 @@ def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ScenarioError(f"{name}: cannot set inside a non-table value")
-        if path[-1] == "buffer_packets" and path[:-1] == ["switch"]:
-            node.pop("buffer", None)
-        if path[-1] == "buffer" and path[:-1] == ["switch"]:
-            node.pop("buffer_packets", None)
+        if path[:-1] == ["switch"]:
+            keep_given_buffer_unit(node, [path[-1]])
         node[path[-1]] = _parse_cli_value(value)
     return data
 

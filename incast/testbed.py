@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from incast import scenario as scn
 from incast.constants import TESTBEDS_DIR
 from incast.errors import BadInput
 
@@ -93,9 +94,6 @@ def _merge(base: dict, top: dict) -> dict:
             out[k] = _merge(out[k], v)
         else:
             out[k] = v
-    # One buffer: a size or a packet count, whichever the data gives.
-    switch = out.get("switch")
-    if isinstance(switch, dict) and "buffer" in switch and "buffer_packets" in switch:
-        given = top.get("switch", {})
-        switch.pop("buffer" if "buffer_packets" in given else "buffer_packets", None)
+    if isinstance(out.get("switch"), dict) and isinstance(top.get("switch"), dict):
+        scn.keep_given_buffer_unit(out["switch"], top["switch"])
     return out

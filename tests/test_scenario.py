@@ -258,3 +258,19 @@ def test_a_shared_pool_is_validated_and_only_where_a_data_plane_has_one():
         scn.build({"dataplane": "bmv2", "switch": {"pool": {"size": "64KiB", "alpha": 0.3}}})
     with pytest.raises(scn.ScenarioError, match="1 byte to 16 MiB"):
         scn.build({"dataplane": "bmv2", "switch": {"pool": {"size": "32MiB"}}})
+
+
+def test_a_buffer_is_bytes_or_packets_whichever_the_last_layer_gives():
+    """One rule (scenario.keep_given_buffer_unit) for every layer: a file over a testbed,
+    --set over a file, either unit over the other."""
+    from incast import scenario as scn
+    assert build({"switch": {"buffer_packets": 20}}, {"buffer": "64KiB"}).switch.buffer_packets is None
+    s = build({"switch": {"buffer": 65536}}, {"buffer_packets": "20"})
+    assert s.switch.buffer is None and s.switch.buffer_packets == 20
+    s = build({"testbed": "sigcomm09-s50", "switch": {"buffer_packets": 40}}, {})
+    assert s.switch.buffer is None and s.switch.buffer_packets == 40
+    switch = {"buffer": 1, "buffer_packets": 2, "pool": {}}
+    scn.keep_given_buffer_unit(switch, ["pool"])          # gave neither: both stay (the model refuses)
+    assert switch == {"buffer": 1, "buffer_packets": 2, "pool": {}}
+    scn.keep_given_buffer_unit(switch, ["buffer_packets"])
+    assert switch == {"buffer_packets": 2, "pool": {}}
