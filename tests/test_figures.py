@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from conftest import incast_cmd, needs_root
-from incast.campaign import figure, judge, make
+from incast.campaign import figure, judge, kept, make
 
 from incast.run import sweep
 
@@ -410,6 +410,40 @@ def test_every_full_kept_result_is_judged_as_its_figure_declares():
     wrong = [f"{r['figure']}:{r['index']} {r['verdict']}"
              f"{' (declared divergence)' if r['divergence'] else ''}: {r['ours']}"
              for r in rows if r["verdict"] != declared(r)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_number_agrees_within_a_tenth_of_the_link_or_a_factor_of_one_and_a_half():
+    n = figure.PaperNumber(series="200ms", x=16, value=500, source="s" * 41)
+    assert judge.number_band(n, 1000.0) == (333.3333333333333, 750.0)        # the factor is wider
+    low = n.model_copy(update={"value": 30.0})
+    assert judge.number_band(low, 1000.0) == (-70.0, 130.0)                # a tenth of the link is
+    count = n.model_copy(update={"value": 6.0, "metric": "timeouts"})
+    assert judge.number_band(count, 1000.0) == (4.0, 9.0)                  # a count: the factor alone
+    def verdict(runs, value=500.0):
+        t = table([("200ms", 16, g) for g in runs])
+        return judge.number_verdict(FIGURE, t, n.model_copy(update={"value": value}))["verdict"]
+    assert verdict([400, 420, 450, 500, 520, 700]) == "agrees"
+    assert verdict([60, 62, 64, 66, 70, 84]) == "differs"
+    assert verdict([300, 320, 340, 360, 380, 400]) == "undecided"          # 300 to 400 straddles 333
+    assert verdict([400, 420, 450]) == "undecided"                         # three runs decide nothing
+    assert verdict([]) == "not testable"
+
+
+FIGURE = figure.Figure(paper="P", figure="F", caption="c", sweep="s.toml", series="rto_min")
+
+
+def test_every_paper_number_is_judged_on_its_kept_result_as_its_figure_declares():
+    """Each number the papers state (a figure's paper_numbers) agrees with the full kept
+    result, or it is a declared divergence and differs (the day it agrees, or cannot be
+    decided, the declaration must go or say so)."""
+    from incast.pages import scoreboard
+    rows = [r for r in scoreboard.number_rows() if kept.full(r["figure"]) is not None]
+    assert rows
+    wrong = [f"{r['figure']} {r['series']} at {r['x']:g}: paper {r['paper_number']:g}, ours {r['ours']} "
+             f"[{r['lo']}-{r['hi']}, {r['runs']} runs]: {r['verdict']}"
+             f"{' (declared divergence)' if r['divergence'] else ''}"
+             for r in rows if r["verdict"] != ("differs" if r["divergence"] else "agrees")]
     assert not wrong, "\n".join(wrong)
 
 

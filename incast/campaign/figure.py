@@ -36,6 +36,9 @@ class PaperNumber(_Model):
     value: float
     metric: str = "goodput_mbps"
     source: str = Field(description="the sentence of the paper the number comes from")
+    divergence: str | None = Field(
+        None, description="ours does not agree with it (incast.campaign.judge.number_band): why, the numbers, "
+                          "what was tried (the suite fails the day it agrees)")
 
 
 class Claim(_Model):

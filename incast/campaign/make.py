@@ -215,7 +215,7 @@ def cmd_figure(args) -> int:
         print(json.dumps(r))
         return 0
     if len(comp):
-        print(comp.drop(columns=["source"]).to_string(index=False))
+        print(comp.drop(columns=["source", "divergence"]).to_string(index=False))
     for v in r["verdicts"]:
         print(f"[{v['verdict']}] {v['claim']}\n    {v['detail']}")
         if v.get("divergence"):

@@ -425,8 +425,9 @@ def _kept(fig) -> list[str]:
     compared = judge.comparison(fig, table)
     compared = compared[compared["ours"].notna()]
     if len(compared):
-        lines += [f"| curve | {fig.x} | paper | ours | ratio |", "|---|---|---|---|---|"]
-        lines += [f"| `{r['series']}` | {r[fig.x]:g} | {r['paper']:g} | {r['ours']:g} | {r['ratio']:g} |"
+        lines += [f"| curve | {fig.x} | paper | ours [interval] | ratio | verdict |", "|---|---|---|---|---|---|"]
+        lines += [f"| `{r['series']}` | {r[fig.x]:g} | {r['paper']:g} | {r['ours']:g} [{r['lo']:g}-{r['hi']:g}] | "
+                  f"{r['ratio']:g} | {r['verdict']}{' (declared divergence)' if r['divergence'] else ''} |"
                   for _, r in compared.iterrows()]
         lines.append("")
     if (folder / "figure.png").is_file():

@@ -49,11 +49,33 @@ def rows() -> list[dict]:
     return out
 
 
+NUMBER_VERDICTS = ("agrees", "differs", "undecided", "not testable", "no kept result")
+
+
+def number_rows() -> list[dict]:
+    """One row per number the papers state (a figure's paper_numbers), judged on its
+    kept result (incast.campaign.judge.number_verdict)."""
+    out = []
+    for name in figure.known():
+        fig = figure.load(name)
+        result = kept.result(name)
+        for i, n in enumerate(fig.paper_numbers):
+            v = judge.number_verdict(fig, result[0], n) if result else \
+                {"verdict": "no kept result", "ours": None, "lo": None, "hi": None, "runs": 0, "ratio": None}
+            out.append({"figure": name, "paper": fig.paper, "index": i, "series": n.series, "x": n.x,
+                        "x_name": fig.x, "metric": n.metric, "paper_number": n.value, "source": n.source,
+                        "divergence": n.divergence, **{k: v[k] for k in ("verdict", "ours", "lo", "hi", "runs",
+                                                                          "ratio")}})
+    return out
+
+
 def page() -> str:
     r = rows()
+    numbers = number_rows()
+    number_counts = Counter(x["verdict"] for x in numbers)
     counts = Counter(x["verdict"] for x in r)
     declared = sum(1 for x in r if x["divergence"])
-    lines = ["# Scoreboard: the papers' claims, judged", "",
+    lines = ["# Scoreboard: the papers' claims and numbers, judged", "",
              "Made by `python -m incast.pages.scoreboard` from the figures' kept results "
              "(`docs/figure-results/`, written by `incast figure NAME`) and this checkout's judge "
              "([how a claim is judged](figures.md)); the test suite checks that it is current. "
@@ -74,10 +96,32 @@ def page() -> str:
         verdict = x["verdict"] + (" (declared divergence)" if x["divergence"] else "")
         lines.append(f"| [`{x['figure']}`](figure-catalog.md#{x['figure']}) | {_cell(x['claim'])} | {number} | "
                      f"{_cell(x['ours'])} | {verdict} | {kept_what} |")
+    lines += ["", "## The papers' numbers", "",
+              "Every number a paper's text states about a result a figure runs, beside ours: the median of "
+              "the point's faithful runs with its interval. Ours agrees where that interval lies within a "
+              "tenth of the link rate of the paper's number or within a factor of 1.5 of it, whichever is "
+              "wider (a count that is not a rate: the factor alone), and differs where it lies wholly "
+              "outside ([why this band](figures.md#the-papers-numbers)).", "",
+              f"**{len(numbers)} numbers:** " + ", ".join(f"{number_counts.get(v, 0)} {v}" for v in NUMBER_VERDICTS)
+              + f"; {sum(1 for x in numbers if x['divergence'])} declared divergences.", "",
+              "| figure | curve | at | paper | ours: median [interval, runs] | ratio | verdict | the paper's words |",
+              "|---|---|---|---|---|---|---|---|"]
+    for x in numbers:
+        unit = " Mbit/s" if x["metric"].endswith("_mbps") else f" ({x['metric']})"
+        ours = (f"{x['ours']:g} [{x['lo']:g}-{x['hi']:g}, {x['runs']}]" if x["ours"] is not None else "")
+        verdict = x["verdict"] + (" (declared divergence)" if x["divergence"] else "")
+        ratio = f"{x['ratio']:g}" if x["ratio"] is not None else ""
+        lines.append(f"| [`{x['figure']}`](figure-catalog.md#{x['figure']}) | `{x['series']}` | "
+                     f"{x['x_name']} {x['x']:g} | {x['paper_number']:g}{unit} | {ours} | {ratio} | {verdict} | "
+                     f"{_cell(x['source'])} |")
     lines += ["", "## Declared divergences", ""]
     for x in r:
         if x["divergence"]:
             lines += [f"- **`{x['figure']}`**, \u201c{_cell(x['claim'])}\u201d: {_cell(x['divergence'])}"]
+    for x in numbers:
+        if x["divergence"]:
+            lines += [f"- **`{x['figure']}`**, the paper's {x['paper_number']:g} for `{x['series']}` at "
+                      f"{x['x_name']} {x['x']:g}: {_cell(x['divergence'])}"]
     return "\n".join(lines) + "\n"
 
 
