@@ -194,12 +194,18 @@ def no_processes_left():
 
 
 def faithful_or_fail(runs: list[dict], what: str):
-    """After a measurement's attempts, none faithful: a skip where the hypervisor took
-    the CPUs in every one (the machine was not running this one, and says so), else
-    NotFaithful naming each attempt's reasons."""
+    """After a measurement's attempts, none faithful: a skip where the machine was busy
+    in every one (the hypervisor took its CPUs, or other processes at normal priority
+    took a share of them: the machine, not the testbed, decided the run), and says so,
+    else NotFaithful naming each attempt's reasons."""
+    from incast.measure.calibration import BUSY_SHARE
     reasons = [s["fidelity"]["reasons"] for s in runs]
     if reasons and all(any(r.startswith("the hypervisor took") for r in rs) for rs in reasons):
         pytest.skip(f"{what}: the hypervisor took this machine's CPUs in every attempt: {reasons}")
+    others = [s["fidelity"].get("cpu_others") or 0 for s in runs]
+    if runs and all(o >= BUSY_SHARE for o in others):
+        pytest.skip(f"{what}: other processes took {', '.join(f'{100 * o:.0f}%' for o in others)} of this "
+                    f"machine's CPUs in every attempt (busy, not the testbed): {reasons}")
     raise NotFaithful(f"{what} not faithful: {reasons}")
 
 

@@ -329,3 +329,17 @@ def test_no_faithful_rate_on_a_busy_machine_skips_and_on_a_quiet_one_fails(monke
 def test_the_share_other_processes_take_now_is_measured():
     from incast.measure import cpu
     assert 0.0 <= cpu.others_now(0.2) <= 1.0
+
+
+def test_runs_not_faithful_on_a_busy_machine_skip_and_on_a_quiet_one_fail():
+    """A measurement none of whose attempts was faithful: where other processes took a
+    share of the CPUs in every attempt, the machine decided it (skip, saying so); where
+    one attempt had the machine to itself, the testbed did (NotFaithful)."""
+    from conftest import NotFaithful
+    def run(others):
+        return {"fidelity": {"ok": False, "reasons": ["a CPU saturated (99% busy at normal priority)"],
+                             "cpu_others": others}}
+    with pytest.raises(pytest.skip.Exception, match="other processes took 30%, 12%"):
+        faithful_or_fail([run(0.3), run(0.12)], "a run")
+    with pytest.raises(NotFaithful):
+        faithful_or_fail([run(0.3), run(0.0)], "a run")
