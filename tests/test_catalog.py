@@ -85,3 +85,21 @@ def test_a_kept_result_records_its_commit_command_time_and_machine(tmp_path, mon
     assert meta["command"] == "incast catalog --all" and meta["host_seconds"] == 7.5 and meta["runs"] == 2
     assert meta["wall_seconds"] == 12.3 and meta["machine"]["cpus"] >= 1 and meta["kept"]
     assert (dest / "figure.png").read_bytes() == b"png" and (dest / "sweep.parquet").is_file()
+
+
+def test_a_stopped_catalog_resumes_over_what_it_wrote(tmp_path):
+    """The kept results and pages a stopped catalog wrote do not make the tree unclean;
+    any other change does."""
+    repo = tmp_path / "r"
+    (repo / "docs" / "figure-results" / "x").mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    for f in ("docs/figure-results/x/sweep.json", "docs/scoreboard.md", "README.md", "code.py"):
+        (repo / f).write_text("1\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "one")
+    for f in ("docs/figure-results/x/sweep.json", "docs/scoreboard.md", "README.md"):
+        (repo / f).write_text("2\n")
+    assert catalog.clean_commit_on_main(repo)
+    (repo / "code.py").write_text("2\n")
+    with pytest.raises(catalog.CatalogError, match="uncommitted changes"):
+        catalog.clean_commit_on_main(repo)

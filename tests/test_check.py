@@ -204,3 +204,25 @@ def test_a_change_in_behaviour_fails_the_check(change, points, check_runner, no_
     assert r.disagrees and r.message().startswith(f"{name}: today's code does not give the kept result")
     if points is not None:
         assert {(p.series, p.x) for p in r.disagrees} >= points, r.message()
+
+
+def test_a_gap_between_two_curves_gets_its_second_look_on_both(monkeypatch):
+    """Where only one curve of a gap claim is in doubt after six runs, both get the
+    second look: judged on one curve alone the gap would be missing, and the claim turned
+    (a false alarm) or untestable (a change unseen)."""
+    fig = figure.Figure(paper="P", figure="F", caption="c", sweep="s.toml", series="rto_min", claims=[
+        {"text": "gap", "series": "200ms", "at": 16, "below_series": "200us", "margin_mbps": 100}])
+    kept_rows = [("200ms", 16, 100.0 + i) for i in range(6)] + [("200us", 16, 900.0 + i) for i in range(6)]
+    asked = []
+
+    def run(scenarios, grid, repeat, out):
+        asked.append((sorted(grid["rto_min"]), repeat))
+        # the 200 ms curve's fresh runs all above the kept ones (p = 0.002: more runs),
+        # the 200 us curve's among them; the gap holds throughout
+        return table([("200ms", 16, 110.0 + i) for i in range(repeat)] +
+                     [("200us", 16, 900.0 + (i % 6)) for i in range(repeat)])
+    monkeypatch.setattr(check, "fresh_points",
+                        lambda f, pts, alter=None: ([], {"rto_min": sorted({d.series for d in pts})}))
+    results = check.looks(fig, table(kept_rows), run)
+    assert asked == [(["200ms", "200us"], 6), (["200ms", "200us"], 20)]
+    assert all(r.states[0] == ("holds", "holds") for r in results), [r.line() for r in results]

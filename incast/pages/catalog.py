@@ -37,6 +37,7 @@ from incast.constants import REPO
 from incast.errors import BadInput
 from incast.campaign import check, figure, kept, make
 from incast.pages import doc_tables, scoreboard
+from incast.run import points
 
 KEPT_FILES = ("sweep.parquet", "sweep.json", "figure.png")
 KEPT_REPEAT = 6             # runs a point of a kept result (judge.runs_to_decide())
@@ -44,6 +45,12 @@ KEPT_REPEAT = 6             # runs a point of a kept result (judge.runs_to_decid
 
 class CatalogError(BadInput):
     """Bad input (exit 2), as the CLI reports scenario errors."""
+
+
+def made_here(path: str) -> bool:
+    """What a catalog writes (kept results, the pages drawn from them): a catalog that
+    was stopped finds them changed, and resumes."""
+    return path.startswith("docs/") or path == "README.md"
 
 
 def clean_commit_on_main(repo: Path = REPO, branch: str = "main") -> str:
@@ -56,7 +63,8 @@ def clean_commit_on_main(repo: Path = REPO, branch: str = "main") -> str:
     head = _git("rev-parse", "HEAD")
     if head.returncode:
         raise CatalogError("not a git checkout: a kept result names the commit that made it")
-    if _git("status", "--porcelain", "--untracked-files=no").stdout.strip():
+    changed = [line[3:] for line in _git("status", "--porcelain", "--untracked-files=no").stdout.splitlines()]
+    if [f for f in changed if not made_here(f)]:
         raise CatalogError("the tree has uncommitted changes: a kept result is made from a clean commit on main")
     if _git("merge-base", "--is-ancestor", "HEAD", branch).returncode:
         raise CatalogError(f"HEAD ({head.stdout.strip()[:10]}) is not on {branch}: "
@@ -102,9 +110,13 @@ def make_figure(name: str, out: Path, args) -> dict:
     """The figure at full scale into `out` (incast figure's own path); its verdicts."""
     if (out / "verdicts.json").is_file():
         return json.loads((out / "verdicts.json").read_text())
+    # A make that was stopped: its runs are in the point store, so its directories go
+    # (the work directory only where no live process holds it).
     incomplete = out.parent / f".{out.name}.incomplete"
-    if incomplete.exists():        # a killed make: its runs are in the point store
+    if incomplete.exists() and points.abandoned(incomplete):
         shutil.rmtree(incomplete)
+    if out.exists():                # the sweep finished, the decisions or the report did not
+        shutil.rmtree(out)
     ns = argparse.Namespace(name=name, quick=False, out=str(out), json=True, repeat=KEPT_REPEAT,
                             max_repeat=make.MAX_REPEAT, jobs=args.jobs, executor=args.executor,
                             force_jobs=False, fresh=False)
