@@ -238,19 +238,10 @@ def shift_interval(a: list[float], b: list[float], confidence: float = LOOK_CONF
     if not diffs:
         return float("nan"), float("nan")
     n, m = len(a), len(b)
-    # counts[u] = number of orderings of the n + m runs with U = u (recurrence on the
-    # largest value: it is one of a's, adding m to U, or one of b's)
-
-    @lru_cache(None)
-    def ways(i: int, j: int, u: int) -> int:
-        if u < 0:
-            return 0
-        if i == 0 or j == 0:
-            return 1 if u == 0 else 0
-        return ways(i - 1, j, u - j) + ways(i, j - 1, u)
-    total, tail, k = sum(ways(n, m, u) for u in range(n * m + 1)), 0, 0
-    while k < n * m // 2 and tail + ways(n, m, k) <= (1 - confidence) / 2 * total:
-        tail += ways(n, m, k)
+    counts = u_counts(n, m)
+    total, tail, k = sum(counts), 0, 0
+    while k < n * m // 2 and tail + counts[k] <= (1 - confidence) / 2 * total:
+        tail += counts[k]
         k += 1
     k = max(k - 1, 0)
     return diffs[k], diffs[-1 - k]
@@ -315,24 +306,30 @@ def comparison(fig: Figure, table: pd.DataFrame) -> pd.DataFrame:
 
 
 @lru_cache(maxsize=64)
-def _u_null(n: int, m: int) -> np.ndarray:
-    """P(U = u), u = 0..n*m, for U the Mann-Whitney statistic of n against m runs with
-    no ties (every ordering of the n + m runs equally likely): the counts follow
-    ways(i, j, u) = ways(i-1, j, u-j) + ways(i, j-1, u) (the largest run is one of the
-    i, beating all j, or one of the j)."""
+def u_counts(n: int, m: int) -> tuple[int, ...]:
+    """How many orderings of n runs against m (no ties) give the Mann-Whitney U = u, for
+    u = 0..n*m, exactly: ways(i, j, u) = ways(i-1, j, u-j) + ways(i, j-1, u) (the largest
+    run is one of the i, beating all j, or one of the j)."""
     size = n * m + 1
-    rows = [np.zeros(size) for _ in range(m + 1)]     # rows[j]: ways(i, j, .)
+    rows = [np.zeros(size, dtype=object) for _ in range(m + 1)]     # rows[j]: ways(i, j, .)
     for r in rows:
-        r[0] = 1.0                                     # i = 0
+        r[0] = 1                                                    # i = 0
     for i in range(1, n + 1):
-        new = [np.zeros(size) for _ in range(m + 1)]
-        new[0][0] = 1.0
+        new = [np.zeros(size, dtype=object) for _ in range(m + 1)]
+        new[0][0] = 1
         for j in range(1, m + 1):
-            shifted = np.zeros(size)
+            shifted = np.zeros(size, dtype=object)
             shifted[j:] = rows[j][:size - j]
             new[j] = shifted + new[j - 1]
         rows = new
-    return rows[m] / rows[m].sum()
+    return tuple(int(c) for c in rows[m])
+
+
+def _u_null(n: int, m: int) -> np.ndarray:
+    """P(U = u), u = 0..n*m (u_counts over their sum)."""
+    counts = u_counts(n, m)
+    total = sum(counts)
+    return np.array([c / total for c in counts])
 
 
 def rank_sum_p(a: list[float], b: list[float]) -> float:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import shutil
 import subprocess
@@ -35,6 +34,7 @@ import pandas as pd
 
 from incast.constants import REPO
 from incast.errors import BadInput
+from incast.measure import calibration
 from incast.campaign import check, figure, kept, make
 from incast.pages import doc_tables, scoreboard
 from incast.run import points
@@ -73,15 +73,8 @@ def clean_commit_on_main(repo: Path = REPO, branch: str = "main") -> str:
 
 
 def machine() -> dict:
-    """What the runs ran on."""
-    model = ""
-    try:
-        model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"host": platform.node(), "cpus": len(os.sched_getaffinity(0)), "cpu": model,
-            "kernel": platform.release(), "python": platform.python_version()}
+    """What the runs ran on (the calibration's description of the machine, and its name)."""
+    return {"host": platform.node(), **calibration.machine(), "python": platform.python_version()}
 
 
 def dated(names: list[str], run=None, say=lambda m: None) -> list[tuple[str, str]]:
