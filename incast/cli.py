@@ -80,6 +80,9 @@ def _add_campaign_args(p: argparse.ArgumentParser) -> None:
                    help="allow --jobs > 1 for real-time points (each run's fidelity records the others)")
     p.add_argument("--executor", metavar="WHERE",
                    help="local (default), dask://HOST:PORT or a Dask scheduler file: where points run")
+    p.add_argument("--batch", type=int, metavar="N",
+                   help="points a guest runs, booted once, at most (default 10; 1: a guest each point, "
+                        "repeating a fresh guest's runs bit for bit)")
     p.add_argument("--fresh", action="store_true",
                    help="measure every point again, even those the point store already holds")
 
@@ -177,7 +180,7 @@ def cmd_sweep(args) -> int:
     result = sweep.run_sweep(points, grid, repeat, out, unique=not args.out,
                              meta={"base": data, "overrides": overrides}, log=log,
                              progress=lambda runs: tqdm(total=len(runs), unit="run", file=sys.stderr, disable=quiet),
-                             jobs=args.jobs, executor=args.executor, force_jobs=args.force_jobs,
+                             jobs=args.jobs, executor=args.executor, force_jobs=args.force_jobs, batch=args.batch,
                              fresh=args.fresh)
     final = result.final
     plot_sweep_dir(final, grid)

@@ -13,9 +13,11 @@
   8. SIGCOMM'09 Figure 1 whole (incast figure sigcomm09-fig1) with --jobs N: wall time
   9. the RTL switch's model: simulated cycles and frames per host second, at 4, 16 and
      48 ports, every port but one sending 1500-byte frames to the last (an incast)
+ 10. virtual time, a point's host seconds per phase when each point boots its own guest
+     (--batch 1) and when one guest runs ten points (the default), at each of --senders-list
 
 Usage (as root, after scripts/setup.sh):
-    /opt/incast/venv/bin/python scripts/benchmark.py [--skip-sweep] [--only one|scale|telemetry|sweep|bmv2|calibrate|rtl]
+    /opt/incast/venv/bin/python scripts/benchmark.py [--skip-sweep] [--only one|scale|telemetry|sweep|bmv2|calibrate|phases|batch|figure1|rtl]
 It drives the `incast` command as a user would.
 """
 import argparse
@@ -181,6 +183,37 @@ def virtual_phases(tmp, senders_list, server_process="shared", record=None):
         record_phases(rows, record)
 
 
+def batch_phases(tmp, senders_list, record=None, batch_size=10, alone=4):
+    """A point's host seconds per phase when each point boots its own guest (--batch 1,
+    as every run did before batches) and when a guest runs `batch_size` points; the
+    median over the runs (one job: the guests do not share the machine)."""
+    print(f"== 10. virtual time: a point's host seconds per phase, a guest each point vs {batch_size} points a guest "
+          "(Figure 1's setting, 200 us RTOmin, 20 blocks)")
+    import pandas as pd
+    rows = []
+    for n in senders_list:
+        for batch, repeat in ((1, alone), (batch_size, batch_size)):
+            out = tmp / f"batch{n}-{batch}"
+            _, wall, err = incast("sweep", *FIG1_POINT, "--set", "workload.server_process=shared",
+                                  "--grid", f"senders={n}", "--repeat", repeat, "--batch", batch, "--jobs", 1,
+                                  "--fresh", "--out", out)
+            if err:
+                print(f"  {n} senders, batch {batch}: FAILED {err}")
+                continue
+            runs = pd.read_parquet(out / "sweep.parquet")
+            phases = pd.DataFrame([json.loads((Path(d) / "summary.json").read_text())["host_phase_s"]
+                                   for d in runs["run_dir"]])
+            row = {"senders": n, "batch": batch, "runs": len(runs),
+                   "host_s": round(float(runs["host_seconds"].median()), 2),
+                   "wall_s_per_run": round(wall / len(runs), 2), **phases.median().round(2).to_dict()}
+            rows.append(row)
+            print(f"  {n:>4} senders, batch {batch:>2}: {row['host_s']} host s a run ({row['wall_s_per_run']} s of "
+                  f"wall time a run with the sweep's own), phases " +
+                  ", ".join(f"{k} {v}" for k, v in phases.median().round(2).items()))
+    if rows and record:
+        keep(rows, record)
+
+
 def record_phases(rows, path):
     """Step 7's table as the documentation draws it: one row per sender count."""
     keep([{"senders": r["senders"], "host_s": r["host_s"], "build_s": r["build"],
@@ -249,14 +282,14 @@ def rtl_speed(tmp, sizes=(4, 16, 48), cycles=1_000_000, record=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-sweep", action="store_true")
-    ap.add_argument("--only", choices=["one", "scale", "telemetry", "sweep", "bmv2", "calibrate", "phases",
+    ap.add_argument("--only", choices=["one", "scale", "telemetry", "sweep", "bmv2", "calibrate", "phases", "batch",
                                        "figure1", "rtl"])
     ap.add_argument("--senders-list", default="1,47,128",
-                    help="7: virtual-time runs at these sender counts (e.g. 1,47,128,512,1020)")
+                    help="7, 10: virtual-time runs at these sender counts (e.g. 1,47,128,512,1020)")
     ap.add_argument("--jobs", type=int, default=2, help="8: points at once")
     ap.add_argument("--record", metavar="CSV",
-                    help="7, 9: keep the table for the documentation (e.g. docs/results/virtual-time-phases.csv, "
-                         "docs/results/rtl-speed.csv)")
+                    help="7, 9, 10: keep the table for the documentation (e.g. docs/results/virtual-time-phases.csv, "
+                         "docs/results/rtl-speed.csv, docs/results/virtual-time-batch.csv)")
     ap.add_argument("--server-process", default="shared", choices=["shared", "per-server"],
                     help="7: one server process for all servers (as the virtual-time figures run), or one each")
     args = ap.parse_args()
@@ -266,6 +299,8 @@ def main():
                  "bmv2": bmv2_pps, "calibrate": calibration,
                  "phases": lambda tmp: virtual_phases(tmp, [int(n) for n in args.senders_list.split(",")],
                                                       args.server_process, args.record),
+                 "batch": lambda tmp: batch_phases(tmp, [int(n) for n in args.senders_list.split(",")],
+                                                   args.record),
                  "figure1": lambda tmp: figure1(tmp, args.jobs),
                  "rtl": lambda tmp: rtl_speed(tmp, record=args.record)}
         for name, step in steps.items():

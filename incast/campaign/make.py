@@ -199,6 +199,7 @@ def cmd_figure(args) -> int:
                                    **provenance()},
                              progress=sweep.runs_bar,
                              jobs=args.jobs, executor=args.executor, force_jobs=args.force_jobs,
+                             batch=getattr(args, "batch", None),
                              fresh=args.fresh)
     if result.reused:
         print(f"{result.reused} of {result.runs} runs from earlier measurements (--fresh measures them again)",
@@ -207,7 +208,8 @@ def cmd_figure(args) -> int:
            lambda pts, g, r, out: sweep.run_sweep(
                pts, g, r, out, unique=True, meta={"figure": fig.name, "more_runs_for": "undecided claims"},
                progress=sweep.runs_bar,
-               jobs=args.jobs, executor=args.executor, force_jobs=args.force_jobs, fresh=args.fresh),
+               jobs=args.jobs, executor=args.executor, force_jobs=args.force_jobs,
+               batch=getattr(args, "batch", None), fresh=args.fresh),
            log=lambda m: print(m, file=sys.stderr))
     r = report(fig, result.final, args.quick)
     comp = pd.read_csv(result.final / "comparison.csv")

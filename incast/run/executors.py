@@ -1,10 +1,14 @@
 """Where a sweep's points run: here, several at once (``local``), or on a Dask cluster
 (``dask://HOST:PORT`` or a scheduler file). One small interface, one registry.
 
-Every point runs as its own ``incast run SCENARIO.toml`` process: a point cannot
-disturb another's Python state, Ctrl-C reaches every run's own teardown, and a
-worker needs nothing but this package. An executor gets ``Task``s and yields each
-``Done`` as it finishes, in whatever order they finish.
+Every point on this machine's kernel runs as its own ``incast run SCENARIO.toml``
+process: a point cannot disturb another's Python state, Ctrl-C reaches every run's
+own teardown, and a worker needs nothing but this package. Points on a guest kernel
+run in batches, each batch in one guest booted once (``python -m incast.run.in_guest``;
+every point there in a process of its own, from the guest as it was before the first:
+incast.run.guest_points), so a guest's boot and imports are paid once a batch. An
+executor gets ``Task``s and yields each ``Done`` as it finishes, in whatever order
+they finish.
 
 Dask (not a job server of our own): the client submits one function call per point;
 the worker runs the point in a temporary directory, packs the run directory as a
@@ -17,21 +21,31 @@ dask-jobqueue starts such workers on SLURM, PBS or SGE (see docs).
 from __future__ import annotations
 
 import io
+import json
+import math
 import os
+import queue
+import re
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from incast.errors import BadInput, RunFailed
 
-WORKER_WAIT_S = 120     # for the cluster's first worker, before any point is submitted
 from incast.measure.results import Claim, is_complete
+
+WORKER_WAIT_S = 120     # for the cluster's first worker, before any point is submitted
+# Points a guest runs at most: its boot and imports (about 1 s of host time with UML)
+# shared by up to this many, while a batch stays short enough to spread a sweep over
+# every job and to lose little to a kill (what a batch had finished is kept).
+BATCH_MAX = 10
+BATCH_LINE = re.compile(r"incast-point: (\d+) (ok|failed: (.*))(?: [0-9.]+)?$")
 
 
 @dataclass
@@ -41,6 +55,7 @@ class Task:
     label: str
     scenario_toml: str
     virtual: bool
+    guest: str | None = None    # tasks with the same guest key may share a guest (in_guest.guest_key)
 
 
 @dataclass
@@ -75,12 +90,31 @@ def _error_line(returncode: int, stderr: str) -> str:
     return lines[-1][len("incast:"):].strip() if lines else f"exit status {returncode}"
 
 
+def batches(tasks: list[Task], jobs: int, most: int = BATCH_MAX) -> list[list[Task]]:
+    """The units of work: each task on this machine's kernel alone; those sharing a guest
+    key in batches of at most `most`, at least one a job, dealt out in turn (a figure's
+    points differ in cost by their server counts)."""
+    units, groups = [], {}
+    for t in tasks:
+        if t.guest is None:
+            units.append([t])
+        else:
+            groups.setdefault(t.guest, []).append(t)
+    for group in groups.values():
+        k = max(min(jobs, len(group)), math.ceil(len(group) / most))
+        units.extend(group[i::k] for i in range(k))
+    return units
+
+
 class LocalExecutor:
-    """Points as child processes of this one, `jobs` at a time."""
+    """Points as child processes of this one, `jobs` units of work at a time (a point,
+    or a batch of points sharing a guest)."""
     name = "local"
 
-    def __init__(self, jobs: int, concurrent_real_time: bool = False):
-        self.jobs = jobs
+    def __init__(self, jobs: int, concurrent_real_time: bool = False, batch: int | None = None):
+        if batch is not None and batch < 1:
+            raise BadInput("--batch: at least 1")
+        self.jobs, self.batch = jobs, batch or BATCH_MAX
         self.concurrent_real_time = concurrent_real_time
 
     def run(self, tasks: Iterable[Task], store) -> Iterator[Done]:
@@ -91,31 +125,116 @@ class LocalExecutor:
         env = {}
         if self.jobs > 1 and self.concurrent_real_time:
             env["INCAST_CONCURRENT_RUNS"] = str(self.jobs - 1)   # the runs' fidelity says so
+        finished: queue.Queue[Done] = queue.Queue()
 
-        def one(task: Task) -> Done:
-            f = work / f"{task.key}.toml"
-            f.write_text(task.scenario_toml)
-            out = store.scratch(task.key)
-            rc, err, secs = _incast_run(f, out, env)
-            ok = rc == 0 and is_complete(out)
+        def installed(task: Task, out: Path, succeeded: bool) -> bool:
+            ok = succeeded and is_complete(out)
             if ok:
                 try:
                     store.install(task.key, out)
                 except FileNotFoundError:
                     # another sweep starting (Store.remove_stale) installed it first
                     ok = store.get(task.key) is not None
-            elif rc == 0 and not out.exists() and store.get(task.key) is not None:
+            elif succeeded and not out.exists() and store.get(task.key) is not None:
                 ok = True       # installed the same way before this sweep looked
-            return Done(task, ok, None if ok else _error_line(rc, err), secs, err, "local")
+            return ok
+
+        def one(task: Task) -> None:
+            f = work / f"{task.key}.toml"
+            f.write_text(task.scenario_toml)
+            out = store.scratch(task.key)
+            rc, err, secs = _incast_run(f, out, env)
+            ok = installed(task, out, rc == 0)
+            finished.put(Done(task, ok, None if ok else _error_line(rc, err), secs, err, "local"))
+
+        def batch(unit: list[Task]) -> None:
+            outs = [store.scratch(t.key) for t in unit]
+            argv = []
+            for t, out in zip(unit, outs):
+                f = work / f"{t.key}.toml"
+                f.write_text(t.scenario_toml)
+                argv += [str(f), str(out)]
+            told, lines = set(), []
+
+            def on_line(line: str):
+                m = BATCH_LINE.match(line)
+                if not m:
+                    lines.append(line)
+                    return
+                i = int(m.group(1))
+                ok = installed(unit[i], outs[i], m.group(2) == "ok")
+                finished.put(Done(unit[i], ok, None if ok else (m.group(3) or "its results are incomplete"),
+                                  _host_seconds(store, unit[i].key) if ok else 0.0, "\n".join(lines), "local"))
+                lines.clear()       # what follows is the next point's
+                told.add(i)
+            rc, err = _in_guest_batch(argv, env, on_line)
+            for i, task in enumerate(unit):
+                if i not in told:
+                    finished.put(Done(task, False, _error_line(rc, err), 0.0, err, "local"))
+
+        def unit_of_work(unit: list[Task]) -> None:
+            try:
+                one(unit[0]) if unit[0].guest is None else batch(unit)
+            except Exception as e:      # noqa: BLE001 - every task gets its Done, whatever failed
+                for t in unit:
+                    finished.put(Done(t, False, f"{type(e).__name__}: {e}", 0.0, "", "local"))
+        units = batches(tasks, self.jobs, self.batch)
         try:
             with ThreadPoolExecutor(max_workers=self.jobs) as pool:
-                futures = [pool.submit(one, t) for t in tasks]
-                for fut in as_completed(futures):
-                    yield fut.result()
+                futures = [pool.submit(unit_of_work, u) for u in units]
+                seen = set()
+                while len(seen) < len(tasks):
+                    done = finished.get()
+                    if done.task.index in seen:     # a batch that failed after telling some
+                        continue
+                    seen.add(done.task.index)
+                    yield done
+                for fut in futures:
+                    fut.result()
         finally:
             for f in work.glob("*.toml"):
                 f.unlink()
             work.rmdir()
+
+
+def _host_seconds(store, key: str) -> float:
+    """A point's host seconds, as its summary has them (its share of the guest's)."""
+    d = store.get(key)
+    if d is None:
+        return 0.0
+    try:
+        return float(json.loads((Path(d) / "summary.json").read_text()).get("host_seconds", 0.0))
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _in_guest_batch(argv: list[str], env_extra: dict, on_line) -> tuple[int, str]:
+    """Run a batch of guest points (python -m incast.run.in_guest), handing each of its
+    lines to on_line as it is written; (exit status, its stderr)."""
+    env = dict(os.environ, **env_extra)
+    with tempfile.NamedTemporaryFile("w+", prefix="incast-batch-", suffix=".log") as stderr:
+        # As _incast_run: SIGTERM reaches the batch (and its guest's teardown) when this
+        # process dies; its messages go to a file it can still write while it tears down.
+        proc = subprocess.Popen(["setpriv", "--pdeathsig", "TERM", sys.executable, "-m", "incast.run.in_guest",
+                                 *argv], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                                env=env)
+        text, partial = [], ""
+        with open(stderr.name) as follow:
+            while True:
+                ended = proc.poll() is not None      # read after it ended: nothing is missed
+                chunk = follow.read()
+                if chunk:
+                    *lines, partial = (partial + chunk).split("\n")
+                    for line in lines:
+                        text.append(line)
+                        on_line(line)
+                if ended:
+                    break
+                try:
+                    proc.wait(timeout=0.5)          # the batch's lines are followed twice a second
+                except subprocess.TimeoutExpired:
+                    pass
+        return proc.returncode, "\n".join(text + [partial])
 
 
 def run_point_on_worker(scenario_toml: str) -> tuple[int, str, float, bytes]:
@@ -194,10 +313,11 @@ def _unpack(blob: bytes, dest: Path) -> None:
         tar.extractall(dest, members=members)
 
 
-def executor(spec: str | None, jobs: int, concurrent_real_time: bool):
-    """The registry: ``local`` (default) or ``dask://...``/a scheduler file."""
+def executor(spec: str | None, jobs: int, concurrent_real_time: bool, batch: int | None = None):
+    """The registry: ``local`` (default) or ``dask://...``/a scheduler file (one point a
+    guest there)."""
     if not spec or spec == "local":
-        return LocalExecutor(jobs, concurrent_real_time)
+        return LocalExecutor(jobs, concurrent_real_time, batch)
     if spec.startswith("dask://") or spec.endswith(".json"):
         return DaskExecutor(spec)
     raise BadInput(f"--executor {spec!r}: expected local, dask://HOST:PORT or a Dask scheduler file (.json)")

@@ -7,7 +7,7 @@ import sys
 import time
 
 PHASE_LINE = re.compile(r"phase: (\w+) ([0-9.]+)$")
-# A run's phases, in order; the host adds boot and imports (and exit) for a guest's run.
+# A run's phases, in order; the host adds boot, imports and fork for a guest's run.
 PHASES = ("setup", "build", "start", "warmup", "measured", "stop", "teardown", "results")
 BLOCK_LINE = re.compile(r"block (\d+)/(\d+)$")
 
@@ -34,25 +34,48 @@ class Phases:
 
 
 class HostPhases:
-    """The host's seconds per phase of a guest's run, from the moment each ``phase:``
-    line reached the host (followed every 0.2 s: that is the resolution). ``boot`` ends
-    when the guest's command starts, ``imports`` when the run inside begins; ``exit``
-    is what follows its last phase (the guest shutting down)."""
+    """The host's seconds per phase of a guest's runs, from the moment each ``phase:``
+    line reached the host (followed every 0.2 s: that is the resolution).
+
+    The guest's own phases, paid once for all the points it runs: ``boot`` ends when
+    the guest's command starts, ``imports`` when the package is imported (and the kernel
+    probed); what follows the last point (the guest powering off) is no point's. A
+    point's phases run from its ``begin`` to its ``end``: ``fork`` until its run starts
+    (the guest's state checked, its process forked), then the run's own (setup, build,
+    ... results, which also takes what follows its last line)."""
 
     def __init__(self):
         self.t0 = time.monotonic()
-        self.stamps: list[tuple[str, float]] = []
+        self.shared: dict[str, float] = {}
+        self.points: dict[int, dict[str, float]] = {}
+        self.last, self.point = self.t0, None
+
+    def _add(self, into: dict, name: str, now: float) -> None:
+        into[name] = into.get(name, 0.0) + now - self.last
+        self.last = now
 
     def stamp(self, name: str) -> None:
-        self.stamps.append(({"booted": "boot", "started": "imports"}.get(name, name), time.monotonic()))
+        now = time.monotonic()
+        if self.point is None:
+            self._add(self.shared, {"booted": "boot", "imported": "imports"}.get(name, name), now)
+        else:
+            self._add(self.points[self.point], "fork" if name == "started" else name, now)
 
-    def seconds(self, elapsed: float) -> dict:
-        out, last = {}, self.t0
-        for name, t in self.stamps:
-            out[name] = round(out.get(name, 0.0) + t - last, 2)
-            last = t
-        out["exit"] = round(max(0.0, self.t0 + elapsed - last), 2)
-        return out
+    def begin_point(self, index: int) -> None:
+        self._add(self.shared, "imports", time.monotonic())     # between points: the guest's own
+        self.point = index
+        self.points[index] = {}
+
+    def end_point(self, index: int) -> None:
+        self._add(self.points[index], "results" if self.points[index] else "fork", time.monotonic())
+        self.point = None
+
+    def shared_seconds(self) -> dict[str, float]:
+        """boot, imports: the host seconds every point of the guest shares."""
+        return {k: self.shared.get(k, 0.0) for k in ("boot", "imports")}
+
+    def point_seconds(self, index: int) -> dict[str, float]:
+        return {k: round(v, 2) for k, v in self.points.get(index, {}).items()}
 
 
 def block_lines(scenario):

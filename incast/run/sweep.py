@@ -32,6 +32,7 @@ import pandas as pd
 from incast import scenario as scn
 from incast.clock import named
 from incast.measure.results import Claim, flat_summary
+from incast.run.in_guest import guest_key
 
 
 def parse_grid(items: list[str], file_grid: dict | None = None) -> dict[str, list]:
@@ -128,17 +129,18 @@ def check_jobs(points, jobs: int, force: bool) -> None:
 def run_sweep(points, grid: dict, repeats: int, out: Path, unique: bool, meta: dict,
               log=lambda msg: None, progress=lambda runs: runs, jobs: int | None = None,
               executor: str | None = None, force_jobs: bool = False, fresh: bool = False,
-              store=None) -> SweepOutcome:
+              store=None, batch: int | None = None) -> SweepOutcome:
     """Run every (values, scenario) point `repeats` times into a sweep directory at out
     (unique: or out-2, ... if another sweep has it). progress wraps the list of runs
     and is moved as each finishes (a tqdm bar, say). One failed run does not lose the
-    others; a point already in the store is not measured again (fresh: it is)."""
+    others; a point already in the store is not measured again (fresh: it is). batch:
+    points a guest runs at most (incast.run.executors.BATCH_MAX)."""
     from incast.measure.calibration import resolve_auto_rate
     from incast.run import executors, points as pts
     runs = _repeated(points, repeats)   # a bad --repeat fails before anything is claimed
     jobs = jobs or default_jobs(runs)
     check_jobs(runs, jobs, force_jobs)
-    ex = executors.executor(executor, jobs, force_jobs)
+    ex = executors.executor(executor, jobs, force_jobs, batch)
     store = store or pts.Store()
     store.remove_stale()
     claim = Claim(out, unique=unique)   # an existing out is refused (exit 2)
@@ -159,7 +161,7 @@ def run_sweep(points, grid: dict, repeats: int, out: Path, unique: bool, meta: d
             _advance(bar, rows[i])
         else:
             tasks.append(executors.Task(i, key, f"{i:03d}-{_label(values)}", scn.to_toml(s),
-                                        not named(s.clock).cpu_can_saturate))
+                                        not named(s.clock).cpu_can_saturate, guest_key(s)))
     reused = len(rows)
     if reused:
         log(f"{reused} of {len(runs)} runs already measured (point store {store.root}); "

@@ -64,10 +64,11 @@ def missing() -> str | None:
     return None
 
 
-def run_scenario(command: str, kernel: str, scenario, results_dir, cwd, on_line, log) -> VMResult:
-    """Run an incast command (a run of the scenario) in a VM on the real clock."""
+def run_scenario(command: str, kernel: str, scenarios, results_dir, cwd, on_line, log) -> VMResult:
+    """Run an incast command (runs of the scenarios, one after another) in a VM on the
+    real clock."""
     log(f"booting the {kernel} kernel")
-    return run(command, kernel=kernel, results_dir=results_dir, timeout=3600, cwd=cwd, on_line=on_line)
+    return run(command, kernel=kernel, results_dir=results_dir, timeout=3600 * len(scenarios), cwd=cwd, on_line=on_line)
 
 
 def report(result: VMResult, log) -> None:

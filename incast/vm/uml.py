@@ -90,15 +90,16 @@ def memory_mb(scenario) -> int:
     return min(wanted, int(0.75 * machine_mb))
 
 
-def run_scenario(command: str, kernel: str, scenario, results_dir, cwd, on_line, log) -> VMResult:
-    """Run an incast command (a run of the scenario) in User-Mode Linux in virtual time."""
+def run_scenario(command: str, kernel: str, scenarios, results_dir, cwd, on_line, log) -> VMResult:
+    """Run an incast command (runs of the scenarios, one after another) in User-Mode
+    Linux in virtual time."""
     # The guest's root is this machine's: the tools found on the caller's PATH
     # (bmv2 under /opt/p4, say) are found there too, after the guest's own PATH
     # (the system's ip, tc and sh first, whatever shims the caller's PATH has).
     command = f"export PATH=$PATH:{shlex.quote(os.environ.get('PATH', ''))}; {command}"
     log(f"starting the {kernel} kernel in virtual time")
-    return run(command, kernel=kernel, results_dir=results_dir, timeout=6 * 3600, cwd=cwd,
-               memory_mb=memory_mb(scenario), env={"PYTHONHASHSEED": "0"}, on_line=on_line)
+    return run(command, kernel=kernel, results_dir=results_dir, timeout=6 * 3600 * len(scenarios), cwd=cwd,
+               memory_mb=max(map(memory_mb, scenarios)), env={"PYTHONHASHSEED": "0"}, on_line=on_line)
 
 
 def report(result: VMResult, log) -> None:
