@@ -14,10 +14,24 @@ import time
 import tomllib
 from pathlib import Path
 
-from incast import scenario as scn
-from incast.errors import EXIT_FAILED, EXIT_INTERRUPTED, IncastError, UsageError
-from incast.registry import DATAPLANES, WORKLOADS
+from tqdm import tqdm
 
+from incast import scenario as scn
+from incast.campaign.make import cmd_figure
+from incast.errors import EXIT_FAILED, EXIT_INTERRUPTED, IncastError, UsageError
+from incast.labs import cmd_lab
+from incast.machine.probe import probe
+from incast.machine.resources import cleanup_all
+from incast.measure.results import one_line, single_threaded_arrow
+from incast.pages.catalog import cmd_catalog
+from incast.registry import DATAPLANES, WORKLOADS
+from incast.report.explain import cmd_explain
+from incast.report.html import cmd_report
+from incast.report.plots import cmd_compare, cmd_telemetry, plot_sweep_dir
+from incast.run import calibrate, sweep
+from incast.run.experiment import run
+from incast.run.phases import block_lines
+from incast.run.points import Store
 
 # (flag, scenario field, help). Values are validated by the scenario model, not here.
 RUN_FLAGS = [
@@ -112,10 +126,6 @@ def default_out(scenario: scn.Scenario) -> Path:
 
 
 def cmd_run(args) -> int:
-    from incast.run import calibrate
-    from incast.run.experiment import run
-    from incast.run.phases import block_lines
-    from incast.measure.results import one_line
     data, overrides = scenario_from_args(args)
     scenario = scn.build(data, overrides)
     out = Path(args.out) if args.out else default_out(scenario)
@@ -123,7 +133,6 @@ def cmd_run(args) -> int:
         raise scn.ScenarioError(f"--out {out}: exists; choose another directory")
     bar = None
     if not args.json and sys.stderr.isatty():
-        from tqdm import tqdm
         bar = tqdm(total=scenario.workload.blocks * scenario.workload.repetitions, unit="block",
                    desc=scenario.describe(), leave=False, file=sys.stderr)
     def log(message):   # warnings always; the rest with -v
@@ -148,10 +157,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from tqdm import tqdm
 
-    from incast.report.plots import plot_sweep_dir
-    from incast.run import calibrate, sweep
     if args.resume:
         if not args.out:
             raise UsageError("--resume needs --out: the sweep to continue")
@@ -191,8 +197,6 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_cleanup(args) -> int:
-    from incast.machine.resources import cleanup_all
-    from incast.run.points import Store
     removed = cleanup_all()
     for r in removed:
         print(f"removed {r['token']}: {r['processes']} processes, {r['namespaces']} namespaces")
@@ -248,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.add_argument("--port", help="switch port to plot (default: the bottleneck)")
     p.add_argument("--out", help="image file (default RUN_DIR/queue.png)")
-    p.set_defaults(func=lambda a: __import__("incast.report.plots", fromlist=["cmd_telemetry"]).cmd_telemetry(a))
+    p.set_defaults(func=cmd_telemetry)
 
     p = sub.add_parser("compare", help="bars of summary fields for a few runs side by side (--blocks: their block times)")
     p.add_argument("run_dirs", nargs="+")
@@ -259,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--blocks", action="store_true",
                    help="instead of bars: each run's block durations over time (stalls, a pause storm's window)")
     p.add_argument("--out", default="compare.png", help="image file (default compare.png)")
-    p.set_defaults(func=lambda a: __import__("incast.report.plots", fromlist=["cmd_compare"]).cmd_compare(a))
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("figure", help="list the papers' figures, or run one and compare it with the paper")
     p.add_argument("name", nargs="?", default="list", help="a figure (incast figure list), or list")
@@ -272,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="runs a point may get while a claim it tests is undecided (6, 10, then 20; "
                         "default 20; the figure's own repeat turns it off)")
     _add_campaign_args(p)
-    p.set_defaults(func=lambda a: __import__("incast.campaign.make", fromlist=["cmd_figure"]).cmd_figure(a))
+    p.set_defaults(func=cmd_figure)
 
     p = sub.add_parser("catalog", help="make again the kept figures a changed setting or today's code dates "
                                        "(docs/figure-results, the scoreboard, the doc tables)")
@@ -283,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, metavar="N", help="runs at once (default: one per core)")
     p.add_argument("--executor", metavar="WHERE",
                    help="local (default), dask://HOST:PORT or a Dask scheduler file: where points run")
-    p.set_defaults(func=lambda a: __import__("incast.pages.catalog", fromlist=["cmd_catalog"]).cmd_catalog(a))
+    p.set_defaults(func=cmd_catalog)
 
     p = sub.add_parser("lab", help="teaching labs: list them, or check a student's answers")
     p.add_argument("action", choices=["list", "check", "starter"],
@@ -291,18 +295,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("number", nargs="?", type=int, help="the lab (incast lab list)")
     p.add_argument("answers", nargs="?", help="check: the filled-in answers.toml (default ./answers.toml); "
                    "starter: the directory to write incast.p4 in (default .)")
-    p.set_defaults(func=lambda a: __import__("incast.labs", fromlist=["cmd_lab"]).cmd_lab(a))
+    p.set_defaults(func=cmd_lab)
 
     p = sub.add_parser("explain", help="classify every timeout of a run made with --capture (FAST'08 Table 3)")
     p.add_argument("run_dir")
     p.add_argument("--out", help="image file (default RUN_DIR/explain.png)")
     p.add_argument("--json", action="store_true", help="print the breakdown as JSON")
-    p.set_defaults(func=lambda a: __import__("incast.report.explain", fromlist=["cmd_explain"]).cmd_explain(a))
+    p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("report", help="an interactive HTML page of a run or a sweep (self-contained, offline)")
     p.add_argument("path", metavar="RUN_DIR|SWEEP_DIR")
     p.add_argument("--out", help="HTML file (default DIR/report.html; a sweep also writes runs/*/report.html)")
-    p.set_defaults(func=lambda a: __import__("incast.report.html", fromlist=["cmd_report"]).cmd_report(a))
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("probe", help="show what this machine's kernel can do")
     p.set_defaults(func=cmd_probe)
@@ -319,8 +323,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_probe(args) -> int:
-    from incast.run import calibrate
-    from incast.machine.probe import probe
     f = probe()
     for line in f.summary_lines():
         print(line)
@@ -333,8 +335,6 @@ def cmd_probe(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from incast.run import calibrate
-    from incast.machine.probe import probe
     probe()     # root, tools: fail before anything runs
     def log(message):
         if args.verbose:
@@ -351,7 +351,6 @@ def cmd_calibrate(args) -> int:
 
 
 def main(argv=None) -> int:
-    from incast.measure.results import single_threaded_arrow
     single_threaded_arrow()
     try:
         args = build_parser().parse_args(argv)

@@ -12,6 +12,7 @@ measurements, not numbers copied from somewhere.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -21,10 +22,13 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-
-from incast.errors import BadInput
+import pandas as pd
 
 from incast.constants import LABS_DIR
+from incast.dataplane.bmv2 import tool
+from incast.errors import BadInput, MissingFeature
+from incast.measure.results import single_threaded_arrow
+from incast.p4 import program as p4program
 
 
 class LabError(BadInput):
@@ -84,7 +88,6 @@ def check(lab: Lab, answers: dict) -> list[str]:
 
 def cmd_lab(args) -> int:
     if args.action == "starter":
-        from incast.p4 import program as p4program
         lab = get(args.number) if args.number is not None else None
         if lab is None:
             raise LabError("incast lab starter N [DIR]: which lab?")
@@ -108,7 +111,6 @@ def cmd_lab(args) -> int:
     lab = get(args.number)
     why = lab.needs()
     if why:
-        from incast.errors import MissingFeature
         raise MissingFeature(f"lab {lab.number}: " + "; ".join(why))
     answers = load_answers(Path(args.answers) if args.answers else Path.cwd() / "answers.toml")
     problems = check(lab, answers)
@@ -148,7 +150,6 @@ def close(answer, truth: float, rel: float = 0.02, absolute: float = 0.0) -> boo
 def sweep_table(answers: dict, column: str, values: list[str], problems: list[str]):
     """The table of the sweep an answer (sweep_dir) names, if it varies `column` over
     at least `values`; else None with the problem said."""
-    import pandas as pd
     sweep = run_dir(answers, "sweep_dir", problems)
     if sweep is None:
         return None
@@ -188,7 +189,6 @@ def sentence(answers: dict, key: str, words: tuple[str, ...], hint: str, problem
 
 def p4_missing() -> list[str]:
     """What a P4 lab needs that this machine lacks."""
-    from incast.dataplane.bmv2 import tool
     return [f"{t} (scripts/install-p4.sh; the Vagrant box has them)" for t in ("p4c-bm2-ss", "simple_switch")
             if not tool(t) and not shutil.which(t)]
 
@@ -227,9 +227,6 @@ def p4_packet_tests(program: Path, tests: str) -> list[str]:
 
 def solution_main(solve) -> None:
     """A lab's solve.py as a command: solve.py OUT_DIR writes OUT_DIR/answers.toml."""
-    import json
-    import sys
-    from incast.measure.results import single_threaded_arrow
     single_threaded_arrow()     # solve() reads tables; the script must exit cleanly
     out = Path(sys.argv[1])
     answers = solve(out)

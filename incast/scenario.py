@@ -14,16 +14,17 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
-                      create_model, field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model,
+                      field_validator, model_validator)
 
 from incast import clock as clocks
+from incast import testbed, topology
 from incast.constants import ETH_HLEN
-from incast.units import (format_rate, format_size, format_time_us, parse_rate, parse_size,
-                    parse_time_us)
-from incast.registry import DATAPLANES, WORKLOADS
+from incast.eras import TCP_ERAS
 from incast.errors import ScenarioError
-
+from incast.registry import DATAPLANES, WORKLOADS
+from incast.units import (format_rate, format_size, format_time_us, keep_given_buffer_unit, parse_rate, parse_size,
+                          parse_time_us)
 
 Size = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
 Rate = Annotated[int, BeforeValidator(parse_rate), Field(gt=0)]
@@ -55,8 +56,7 @@ def _registered(what: str, names):
 
 
 def _testbeds():
-    from incast.testbed import known
-    return known()
+    return testbed.known()
 
 
 def _dataplanes():
@@ -64,8 +64,7 @@ def _dataplanes():
 
 
 def _topologies():
-    from incast.topology import known
-    return known()
+    return topology.known()
 
 
 # SIGCOMM'09 Figure 13's largest point.
@@ -100,7 +99,6 @@ class Topology(_Model):
 
     @model_validator(mode="after")
     def _fits_the_kind(self):
-        from incast import topology
         declared = topology.parameters(self.kind)
         for name, f in type(self).model_fields.items():
             if name in ("kind", "senders") or getattr(self, name) == f.default:
@@ -115,7 +113,6 @@ class Topology(_Model):
         return self
 
     def _facts(self):
-        from incast import topology
         given = tuple((n, getattr(self, n)) for n in topology.parameters(self.kind) if getattr(self, n) is not None)
         return topology.facts(self.kind, self.senders, given)
 
@@ -291,21 +288,6 @@ class Pool(_Model):
         return self
 
 
-# A switch's buffer is a size (switch.buffer) or a packet count (switch.buffer_packets),
-# never both: where a layer of settings (a scenario file over a testbed, --set over a
-# file) gives one, it replaces the other beneath it. Switch._one_buffer refuses both.
-BUFFER_UNITS = ("buffer", "buffer_packets")
-
-
-def keep_given_buffer_unit(switch: dict, given) -> None:
-    """In raw switch data, drop the buffer unit the layer that set `given` (field
-    names) did not give, where it gave the other."""
-    units = [u for u in BUFFER_UNITS if u in given]
-    if len(units) == 1:
-        other, = [u for u in BUFFER_UNITS if u != units[0]]
-        switch.pop(other, None)
-
-
 class Switch(_Model):
     """Per-port egress buffer of every switch port, in bytes or (alternatively) packets,
     and optionally a pool they share (switch.pool)."""
@@ -393,11 +375,6 @@ class Switch(_Model):
         return limits
 
 
-# Whose TCP a profile runs: this kernel's as it comes, or this kernel turned back,
-# per network namespace, as near as it goes to the Linux of the papers' clusters
-# (SIGCOMM'09 ran 2.6.28). What each era sets: incast/network/hostconfig.py; why, and
-# what cannot be turned back: docs/tcp-profiles.md.
-TCP_ERAS = ("modern", "linux-2.6.28", "linux-2.6.18")
 
 # Sysctls a TcpSettings field (or the testbed itself) already sets: tcp.sysctls may not
 # name them, so that one value never has two sources.
@@ -888,7 +865,6 @@ def build(data: dict | None = None, overrides: dict[str, Any] | None = None) -> 
     testbed the data names puts its settings beneath the data's."""
     data = apply_overrides(data or {}, overrides or {})
     if data.get("testbed"):
-        from incast import testbed
         if data["testbed"] not in testbed.known():
             raise ScenarioError(f"testbed: unknown testbed {data['testbed']!r}; one of: "
                                 f"{', '.join(testbed.known())}")

@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from incast import scenario as scn
 from incast.constants import TESTBEDS_DIR
 from incast.errors import BadInput
+from incast.units import keep_given_buffer_unit
 
 
 class TestbedError(BadInput):
@@ -95,5 +95,5 @@ def _merge(base: dict, top: dict) -> dict:
         else:
             out[k] = v
     if isinstance(out.get("switch"), dict) and isinstance(top.get("switch"), dict):
-        scn.keep_given_buffer_unit(out["switch"], top["switch"])
+        keep_given_buffer_unit(out["switch"], top["switch"])
     return out

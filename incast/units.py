@@ -85,3 +85,18 @@ def format_time_us(us: int) -> str:
     if us >= 1000 and us % 1000 == 0:
         return f"{us // 1000}ms"
     return f"{us}us"
+
+
+# A switch's buffer is a size (switch.buffer) or a packet count (switch.buffer_packets),
+# never both: where a layer of settings (a scenario file over a testbed, --set over a
+# file) gives one, it replaces the other beneath it. Switch._one_buffer refuses both.
+BUFFER_UNITS = ("buffer", "buffer_packets")
+
+
+def keep_given_buffer_unit(switch: dict, given) -> None:
+    """In raw switch data, drop the buffer unit the layer that set `given` (field
+    names) did not give, where it gave the other."""
+    units = [u for u in BUFFER_UNITS if u in given]
+    if len(units) == 1:
+        other, = [u for u in BUFFER_UNITS if u != units[0]]
+        switch.pop(other, None)

@@ -159,3 +159,43 @@ def test_no_data_plane_or_topology_is_compared_by_name_outside_the_registry():
             if compared.search(line.split("#")[0]):
                 found.append(f"{path.relative_to(REPO)}:{i}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def _function_imports():
+    """(path, line, source line) of every import made inside a function of the package."""
+    import ast
+    out = []
+    for path in sorted((REPO / "incast").rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out += [(path.relative_to(REPO), node.lineno, lines[node.lineno - 1])
+                        for node in ast.walk(fn) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    return out
+
+
+def test_imports_are_at_the_top_of_their_module():
+    """A module's imports say what it depends on, at its top: at most ten are made inside
+    a function, each saying why on its line (an optional extra, a slow import only one
+    path needs)."""
+    late = _function_imports()
+    assert len(late) <= 10, "\n".join(f"{p}:{n}: {text.strip()}" for p, n, text in late)
+    unexplained = [f"{p}:{n}: {text.strip()}" for p, n, text in late if "#" not in text]
+    assert not unexplained, "\n".join(unexplained)
+
+
+def test_no_data_plane_imports_another():
+    """What data planes share lives in a common room (e.g. the P4 postcards' collector,
+    incast/measure/postcards.py), never in one of them."""
+    import ast
+    planes = {p.stem for p in (REPO / "incast" / "dataplane").glob("*.py")} - {"__init__", "forwarding"}
+    wrong = []
+    for plane in planes:
+        path = REPO / "incast" / "dataplane" / f"{plane}.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                     if isinstance(node, ast.ImportFrom) else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            wrong += [f"{plane}.py imports {n}" for n in names
+                      if any(n == f"incast.dataplane.{o}" for o in planes - {plane})]
+    assert not wrong, wrong

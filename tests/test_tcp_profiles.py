@@ -132,10 +132,16 @@ def test_tcp_sysctls_cannot_name_what_a_field_sets():
     assert tcp <= set(SYSCTLS_OWNED)
 
 
-def test_every_era_of_the_scenario_has_a_table():
-    from incast.network.hostconfig import ERA_SYSCTLS
-    from incast.scenario import TCP_ERAS
-    assert set(ERA_SYSCTLS) == set(TCP_ERAS)
+def test_the_scenario_takes_the_eras_that_are_defined_and_no_other():
+    """An era's name and what it sets live in one place (incast.eras); the scenario model
+    accepts exactly those names."""
+    from incast.eras import ERA_SYSCTLS
+    from incast.errors import ScenarioError
+    from incast.scenario import build
+    for name in ERA_SYSCTLS:
+        assert build({}, {"tcp.era": name}).tcp.era == name
+    with pytest.raises(ScenarioError, match="linux-2.4"):
+        build({}, {"tcp.era": "linux-2.4"})
 
 
 def test_sysctls_the_kernel_lacks_are_reported_not_fatal():
@@ -226,7 +232,7 @@ def test_linux_2_6_28_servers_read_back_from_their_namespaces(tmp_path, no_lefto
                  "--set", "tcp.hosts.servers=old", "--out", tmp_path / "r")
     assert s["blocks"] == 3
     applied = json.loads((tmp_path / "r" / "tcp_hosts.json").read_text())
-    from incast.network.hostconfig import LINUX_2_6_28_SYSCTLS
+    from incast.eras import LINUX_2_6_28_SYSCTLS
     for server in ("server1", "server2"):
         a = applied[server]
         assert a["era"] == OLD and a["missing_sysctls"] == []

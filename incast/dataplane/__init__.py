@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from incast.machine.netdev import ifindexes
 from incast.registry import DATAPLANES
 
 
@@ -38,7 +39,6 @@ def far_end(intf):
 
 def switch_ports(net) -> list[Port]:
     """Every switch port of a started Mininet network, with the node at its far end."""
-    from incast.machine.netdev import ifindexes
     index = ifindexes()
     ports = []
     for sw in net.switches:

@@ -24,14 +24,14 @@ from pathlib import Path
 import pandas as pd
 from mininet.node import Switch
 
-from incast.machine import netdev
-from incast.constants import WIRE_OVERHEAD
-from incast.errors import MissingFeature
-from incast.constants import ETH_HLEN
-from incast.measure.telemetry import QdiscTracer
-from incast.constants import HOSTS_DIR
+from incast.constants import ETH_HLEN, HOSTS_DIR, WIRE_OVERHEAD
 from incast.dataplane import DataPlane, Port, far_end, port_rate, switch_ports
 from incast.dataplane.forwarding import flood_ports, next_hops
+from incast.errors import MissingFeature
+from incast.machine import netdev
+from incast.measure.qdisc_recorder import QdiscRecorder, recorder_binary
+from incast.measure.qdisc_sampler import QdiscSampler
+from incast.measure.telemetry import QdiscTracer
 from incast.registry import DATAPLANES
 
 # HTB bucket depth, in full frames: the registry holds it, for the link monitor and
@@ -205,7 +205,6 @@ class LinuxDataPlane(DataPlane):
         if scenario.switch.qos.queues > 1 and not features.u32:
             raise MissingFeature("QoS partitioning needs the tc u32 classifier (CONFIG_NET_CLS_U32)")
         if scenario.telemetry.enabled and features.clock.bpf:
-            from incast.measure.qdisc_recorder import recorder_binary
             ok, why = features.telemetry_ok()
             if recorder_binary() is None and not ok:    # the compiled recorder, else bpftrace
                 raise MissingFeature(f"telemetry: {why}, and build/bpf/qdisc-trace is not built "
@@ -299,10 +298,8 @@ class LinuxDataPlane(DataPlane):
         telemetry.interval. Otherwise the compiled recorder (scripts/build-bpf.sh) when it is built: it costs the
         experiment nothing measurable. Otherwise bpftrace, which formats every event in
         user space and takes CPU from packet processing (it can soften a collapse)."""
-        from incast.measure.qdisc_recorder import QdiscRecorder, recorder_binary
         ports = {p.ifindex: (p.switch, p.name) for p in self.ports}
         if not self.features.clock.bpf:     # no BPF events on ARCH=um; sampling is free there
-            from incast.measure.qdisc_sampler import QdiscSampler
             return QdiscSampler(run_dir, world_inode, ports, host_of_ip, self.scenario.telemetry.interval)
         args = (run_dir, world_inode, ports, self.scenario.switch.qos.dscp_table(),
                 self.features.qdisc_drop_reasons, host_of_ip)

@@ -29,11 +29,12 @@ from pathlib import Path
 import pandas as pd
 from mininet.node import Switch
 
-from incast.constants import ETH_HLEN
 from incast.dataplane import DataPlane, port_rate, switch_ports
 from incast.dataplane.forwarding import next_hops
 from incast.errors import MissingFeature
 from incast.machine import netdev
+from incast.measure.postcards import PostcardCollector
+from incast.registry import DATAPLANES
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_DIR = REPO / "build" / "rtl"
@@ -75,7 +76,6 @@ def model_dir(nports: int, cell_aw: int) -> Path:
 
 def build_model(nports: int, cell_aw: int) -> Path:
     """The harness binary for this size, built once (a minute or more on two cores)."""
-    from incast.registry import DATAPLANES
     exe = model_dir(nports, cell_aw) / "incast_switch_sim"
     # the model's inputs: the files that also date rtl points in the point store
     sources = [f for g in DATAPLANES["rtl"].sources for f in REPO.glob(g)]
@@ -390,8 +390,7 @@ class RtlDataPlane(DataPlane):
         return {"switch.rtl": "\n".join(lines) + "\n"}
 
     def telemetry(self, run_dir, host_of_ip: dict[str, str], world_inode: int):
-        from incast.dataplane.bmv2 import Bmv2Collector   # the same postcards, the same reader
-        return Bmv2Collector(run_dir, self.switches, self.ports, host_of_ip)
+        return PostcardCollector(run_dir, self.switches, self.ports, host_of_ip)   # bmv2's postcards
 
 
 def mac_int(mac: str) -> int:

@@ -25,8 +25,14 @@ import json
 import socket
 import struct
 import subprocess
-from incast.errors import RunFailed
 
+from pyroute2.iproute.linux import transform_handle
+from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST
+from pyroute2.netlink.rtnl import RTM_NEWQDISC, TC_H_ROOT
+from pyroute2.netlink.rtnl.tcmsg import sched_tbf, tcmsg
+from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
+
+from incast.errors import RunFailed
 
 
 class NetdevError(RunFailed):
@@ -172,7 +178,6 @@ def _tbf_message():
     """pyroute2's tcmsg for tbf, with the attributes its 0.7 table lacks: tc sends
     TCA_TBF_BURST (the bucket in bytes, which the kernel then takes as it is) and,
     above 2^32 bytes/s, TCA_TBF_RATE64."""
-    from pyroute2.netlink.rtnl.tcmsg import sched_tbf, tcmsg
 
     class tbf_options(sched_tbf.options):
         nla_map = (*sched_tbf.options.nla_map,
@@ -190,10 +195,6 @@ def tbf_replace(ipr, index: int, *, handle: str, rate_bps: int, burst: int, limi
                 overhead: int) -> None:
     """`tc qdisc replace dev DEV root handle H tbf rate R burst B limit L overhead O`, over
     ipr (a pyroute2 IPRoute in the device's namespace)."""
-    from pyroute2.iproute.linux import transform_handle
-    from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST
-    from pyroute2.netlink.rtnl import RTM_NEWQDISC, TC_H_ROOT
-    from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
     try:
         rate = rate_bps // 8                 # tc_ratespec counts bytes per second
         # rate___reserved is tc_ratespec's linklayer: ethernet (1), as tc says, and

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -55,7 +56,6 @@ def netns_inode(name: str) -> int:
 
 def interface_index(ns: str, ifname: str) -> tuple[int, int]:
     """(inode of the network namespace at path ns, ifindex of ifname in it)."""
-    import socket
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
         setns(ns)

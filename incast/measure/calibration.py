@@ -11,7 +11,9 @@ import os
 import platform
 from pathlib import Path
 
+from incast.constants import NIC_SLACK_FRAMES_MAX, NIC_TIMER_SLACK_US
 from incast.errors import MissingFeature
+from incast.registry import DATAPLANES
 
 CACHE_DIR = Path(os.environ.get("INCAST_CACHE", "/var/cache/incast")) / "calibration"
 VERSION = 8     # bump when the procedure or its criteria change
@@ -42,8 +44,6 @@ def machine() -> dict:
 
 
 def cache_key() -> str:
-    from incast.constants import NIC_SLACK_FRAMES_MAX, NIC_TIMER_SLACK_US
-    from incast.registry import DATAPLANES
     burst = max(e.port_burst_frames for e in DATAPLANES.values() if e.calibrated)
     inputs = {"version": VERSION, **machine(), "switch_burst_frames": burst,
               "nic_timer_slack_us": NIC_TIMER_SLACK_US,

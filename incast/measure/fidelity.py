@@ -33,9 +33,12 @@ import numpy as np
 import pandas as pd
 
 from incast.clock import REAL, Clock
-from incast.constants import BPF_BUILD_DIR
+from incast.constants import BPF_BUILD_DIR, ETH_HLEN, NIC_SLACK_FRAMES_MAX, WIRE_OVERHEAD
+from incast.machine import resources
 from incast.measure.cpu import describe_load
 from incast.measure.instrument import Instrument, Readings
+from incast.registry import DATAPLANES
+
 BINARY = BPF_BUILD_DIR / "link-monitor"
 SUB_BITS = 3            # LM_SUB_BITS in incast/bpf/link_monitor.h
 HIST_BUCKETS = 320      # LM_HIST_BUCKETS
@@ -68,7 +71,6 @@ def skip_first(port_burst_frames: int) -> int:
     filled while its link was idle sends that many at once, faster than the rate. The
     deepest bucket decides: a switch port's (the data plane's port_burst_frames) or a
     host NIC's (one frame plus up to NIC_SLACK_FRAMES_MAX), plus the frame being sent."""
-    from incast.constants import NIC_SLACK_FRAMES_MAX
     return max(port_burst_frames, 1 + NIC_SLACK_FRAMES_MAX) + 1
 
 
@@ -150,7 +152,6 @@ class LinkMonitor(Instrument):
         return monitor_binary() is not None and features.clock.bpf
 
     def start(self) -> None:
-        from incast.registry import DATAPLANES
         b = self.bench
         self.links = watched_links(b)
         binary = monitor_binary()
@@ -195,8 +196,6 @@ class LinkMonitor(Instrument):
 def watched_links(bench) -> list[WatchedLink]:
     """The links whose service the link monitor measures: the switch ports a qdisc
     paces (the data plane says which) and every host's NIC."""
-    from incast.constants import ETH_HLEN, WIRE_OVERHEAD
-    from incast.machine import resources
     scenario = bench.scenario
     frame = scenario.link.mtu + ETH_HLEN
     links = [WatchedLink(p.name, "switch", bench.world_inode, p.ifindex, scenario.port_rate(p.trunk),

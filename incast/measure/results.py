@@ -31,8 +31,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow
+
 from incast.constants import RTO_COUNTER
-from incast.errors import OutputUnusable, ResultsExist
+from incast.errors import OutputUnusable, ResultsExist, ScenarioError
 
 # The fields every summary.json has (PAUSE and data-plane health fields join them where
 # they apply), and the columns a sweep row adds: the summary's fidelity object
@@ -58,7 +60,6 @@ def single_threaded_arrow() -> None:
     an active exception", exit status 134: apache/arrow issues 34314 and 50482; measured
     here: 4 of 30 reads of one small table, on a loaded machine, and none of 30 with
     single-threaded pools). Our tables are small: one thread reads them as fast."""
-    import pyarrow
     pyarrow.set_cpu_count(1)
     pyarrow.set_io_thread_count(1)
 
@@ -201,7 +202,6 @@ def is_complete(run_dir: Path) -> bool:
 
 def complete_run(run_dir) -> Path:
     """run_dir as a Path, or a scenario error (exit 2) if no run finished there."""
-    from incast.errors import ScenarioError
     if not (Path(run_dir) / "summary.json").is_file():
         raise ScenarioError(f"{run_dir}: not a complete run directory (no summary.json)")
     return Path(run_dir)

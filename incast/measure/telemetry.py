@@ -30,6 +30,7 @@ it is exact; ``port_*`` come straight from the kernel's root qdisc.
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 import signal
@@ -392,7 +393,6 @@ def decode_raw(data: bytes, t0_ns: int, ports: dict[int, tuple[str, str]],
     lines = [ln for ln in data.split(b"\n") if ln[:2] in (b"E,", b"D,", b"X,")]
     if not lines:
         return empty_table()
-    import io
     raw = pd.read_csv(io.BytesIO(b"\n".join(lines)), header=None, names=RAW_COLUMNS,
                       dtype={"kind": "category"}, engine="c")
     known = raw["ifindex"].map(lambda i: ports.get(i, ("?", f"if{i}")))

@@ -15,16 +15,18 @@ from __future__ import annotations
 import os
 import shlex
 import socket
+import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
-import subprocess
 from dataclasses import dataclass, field
 
-from incast.registry import DATAPLANES
+from pyroute2 import IPRoute
+
+from incast.constants import ETH_HLEN, NIC_SLACK_FRAMES_MAX, NIC_TIMER_SLACK_US, WIRE_OVERHEAD
+from incast.eras import ERA_KNOBS, ERA_SYSCTLS
 from incast.machine import netdev
 from incast.machine.resources import setns
-from incast.constants import NIC_SLACK_FRAMES_MAX, NIC_TIMER_SLACK_US, WIRE_OVERHEAD
-from incast.constants import ETH_HLEN
+from incast.registry import DATAPLANES
 
 NIC_QUEUE_PACKETS = 10_000
 # A NIC sends at line rate and no faster: its bucket holds one frame plus what the
@@ -39,49 +41,6 @@ NIC_QUEUE_PACKETS = 10_000
 # (NIC_TIMER_SLACK_US and NIC_SLACK_FRAMES_MAX are in incast.constants: fidelity judges by them.)
 
 
-# The papers' Linux (SIGCOMM'09 ran 2.6.28) where this kernel can be turned back to it
-# per network namespace: each line undoes what a later release brought (the release in
-# brackets). docs/tcp-profiles.md has the table, the measurements, and what cannot be
-# turned back (FACK, rate-halving, 2.6.28's F-RTO and RTT estimator, ...).
-LINUX_2_6_28_SYSCTLS = {
-    # No tail loss probe [3.10]: a lost tail waits for the RTO.
-    "net.ipv4.tcp_early_retrans": "0",
-    # No RACK [4.4], nor the early retransmit [3.5] it took over: a segment is lost
-    # when tcp_reordering segments above it were SACKed.
-    "net.ipv4.tcp_recovery": "0",
-    # F-RTO was on in 2.6.28 too (2, the default since 2.6.24); the algorithm behind
-    # the value is RFC 5682's [3.10], not 2.6.28's RFC 4138 one.
-    "net.ipv4.tcp_frto": "2",
-    # The receiver sends every duplicate ACK at once: no SACK compression [4.19] ...
-    "net.ipv4.tcp_comp_sack_nr": "0",
-    # ... and no ACK held back while a socket's backlog is processed [6.7].
-    "net.ipv4.tcp_backlog_ack_defer": "0",
-    # No TCP small queues [3.6]: a window goes to the NIC's queue at once. TSQ's limit is
-    # the smaller of this and ~1 ms of data at the pacing rate, which the ratios [4.1]
-    # raise to their most (1000%: ten windows per srtt); reno paces nothing, so nothing
-    # else moves.
-    "net.ipv4.tcp_limit_output_bytes": "2147483647",
-    "net.ipv4.tcp_pacing_ss_ratio": "1000",
-    "net.ipv4.tcp_pacing_ca_ratio": "1000",
-    # No autocorking [3.14]: a write's last, short segment leaves at once.
-    "net.ipv4.tcp_autocorking": "0",
-    # The reordering a connection may learn stops at 2.6.28's TCP_MAX_REORDERING.
-    "net.ipv4.tcp_max_reordering": "127",
-    # Already this kernel's defaults, pinned: DSACK on, no linear timeouts for thin
-    # streams [2.6.34].
-    "net.ipv4.tcp_dsack": "1",
-    "net.ipv4.tcp_thin_linear_timeouts": "0",
-}
-# FAST'08's Procurve cluster ran 2.6.18 SMP and WREN'09's 2.6.18.8: 2.6.28's TCP but
-# for F-RTO, off by default until 2.6.24 (tcp_frto = 0: every timeout is taken as
-# real, its window cut never undone). The rest that changed between the two (the
-# congestion-control framework's default, cubic since 2.6.19; tcp_abc's byte counting,
-# off by default in both) is set by tcp.cc or was off in both.
-LINUX_2_6_18_SYSCTLS = {**LINUX_2_6_28_SYSCTLS, "net.ipv4.tcp_frto": "0"}
-ERA_SYSCTLS = {"modern": {}, "linux-2.6.28": LINUX_2_6_28_SYSCTLS, "linux-2.6.18": LINUX_2_6_18_SYSCTLS}
-# Read back from every host whatever its era, so that results show the loss-recovery
-# settings a run had.
-ERA_KNOBS = sorted({name for table in ERA_SYSCTLS.values() for name in table})
 # IPv4 and TCP headers with the timestamp option (on in both eras): MSS = MTU - this.
 TCP_IP_HEADERS = 20 + 20 + 12
 
@@ -354,8 +313,6 @@ def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
     profiles = {h.name: TcpProfile.of(scenario, features, h.name) for h in hosts}
     tx_off = DATAPLANES[scenario.dataplane].host_tx_checksum
     nic_by_tc = scenario.link.needs_netem
-    if not nic_by_tc:
-        from pyroute2 import IPRoute     # imported late: about a second under User-Mode Linux
 
     def configure(h):
         dev = h.defaultIntf().name

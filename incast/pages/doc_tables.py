@@ -32,12 +32,17 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import re
 import string
+import subprocess
 import sys
 from pathlib import Path
 
-from incast.constants import DOC_RESULTS_DIR as RESULTS_DIR, DOCS_DIR, REPO
+import pandas as pd
+
+from incast.constants import DOC_RESULTS_DIR as RESULTS_DIR
+from incast.constants import DOCS_DIR, REPO
 from incast.errors import BadInput
 from incast.measure.results import complete_run, flat_summary
 from incast.pages.scoreboard import PAGE as SCOREBOARD_PAGE
@@ -154,7 +159,6 @@ def typed_tables(page: Path) -> list[str]:
 def code_commit() -> str:
     """HEAD's short hash; refused while a file a run executes differs from it (then no
     commit names the code that ran). Other changes (documentation, tests) do not matter."""
-    import subprocess
     git = ["git", "-C", str(REPO)]
     changed = subprocess.run([*git, "diff", "--name-only", "HEAD"], capture_output=True,
                              text=True).stdout.split()
@@ -172,8 +176,6 @@ def record(out: Path, dirs: list[Path], fields: list[str], command: str, append:
     ``explain_*``, the fields of ``incast explain --json``), its name as `label`, and the
     command (``{label}`` stands for the run's name) and HEAD's commit: record right after
     the runs, at the commit they ran at. Returns the rows written."""
-    import pandas as pd
-    import json
     commit = code_commit()
     rows = []
     for d in dirs:

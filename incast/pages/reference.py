@@ -22,10 +22,13 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 from pydantic import BaseModel
 from pydantic.fields import PydanticUndefined
 
-from incast import registry as registries, scenario as scn, testbed
+from incast import registry as registries
+from incast import scenario as scn
+from incast import testbed
 from incast.campaign import figure, judge, kept
 from incast.constants import LABS_DIR, REPO
 from incast.registry import DATAPLANES
@@ -409,7 +412,6 @@ def _kept(fig) -> list[str]:
     folder = kept.KEPT_FIGURES_DIR / fig.name
     if not (folder / "sweep.parquet").is_file():
         return []
-    import pandas as pd
     table = pd.read_parquet(folder / "sweep.parquet")
     meta = json.loads((folder / "sweep.json").read_text()) if (folder / "sweep.json").is_file() else {}
     faithful = table["fidelity_ok"].fillna(False).astype(bool) if "fidelity_ok" in table else None

@@ -49,12 +49,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import matplotlib
+import matplotlib.pyplot as plt
 import pandas as pd
-
-from incast.measure.capture import CAPTURE_DIR, META
-from incast.measure.results import complete_run
+from matplotlib.ticker import MaxNLocator
 
 from incast.errors import BadInput
+from incast.measure.capture import CAPTURE_DIR, META
+from incast.measure.results import complete_run
 from incast.scenario import build
 
 CAUSES = ("lost_retransmit", "last_packet", "full_window", "little_feedback", "other")
@@ -105,7 +107,7 @@ def parse_frame(raw: bytes, t_ns: int) -> Segment | None:
 
 
 def read_pcap(path: Path) -> list[Segment]:
-    from scapy.utils import RawPcapReader
+    from scapy.utils import RawPcapReader     # late: scapy takes 0.4 s to import, and only a capture needs it
     out = []
     r = RawPcapReader(str(path))
     try:
@@ -373,10 +375,7 @@ COLORS = {"lost_retransmit": "tab:red", "last_packet": "tab:purple", "full_windo
 
 
 def plot(e: Explanation, out: Path, title: str = "") -> Path:
-    import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [2, 1]})
     b = e.blocks.reset_index(drop=True)
     colors = [COLORS[c] if d else "tab:blue" for c, d in zip(b["cause"], b["decided_by_timeout"])]

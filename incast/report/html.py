@@ -46,9 +46,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.offline import get_plotlyjs
 
 from incast import scenario as scn
-from incast.errors import BadInput, MissingFeature, OutputUnusable
+from incast.errors import BadInput, OutputUnusable
 from incast.measure.capture import CAPTURE_DIR
 from incast.report import explain
 from incast.report.explain import CAUSES, COLORS
@@ -155,11 +158,6 @@ def envelope(t_us, values, max_points: int = MAX_POINTS) -> Trace:
 # --- small helpers ------------------------------------------------------------------
 
 def _plotly():
-    try:
-        import plotly.graph_objects as go
-        from plotly.offline import get_plotlyjs
-    except ImportError:
-        raise MissingFeature("plotly (pip install -r requirements.txt)") from None
     return go, get_plotlyjs
 
 
@@ -621,7 +619,6 @@ def _run_hover(row: pd.Series, name: str) -> str:
 
 def sweep_figure(table: pd.DataFrame, axes: list[str], links: dict, names: dict, title: str):
     go, _ = _plotly()
-    from plotly.colors import qualitative
     fig = go.Figure()
     ok = table[table["goodput_mbps"].notna()] if "goodput_mbps" in table else table.iloc[0:0]
     for n, (key, g) in enumerate(_groups(ok, axes)):

@@ -8,6 +8,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import tomllib
+
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -19,7 +21,6 @@ from incast.measure.results import ROW_FIELDS, complete_run  # noqa: E402
 
 def plot_sweep_dir(sweep_dir: Path, grid: dict) -> Path | None:
     """goodput.png of a finished sweep directory (its table, its grid's axes)."""
-    import json
 
     table = pd.read_parquet(Path(sweep_dir) / "sweep.parquet")
     if "goodput_mbps" not in table:
@@ -175,7 +176,6 @@ def cmd_telemetry(args) -> int:
 
 
 def _scenario_name(run_dir: Path) -> str:
-    import tomllib
     try:
         return tomllib.loads((Path(run_dir) / "scenario.toml").read_text()).get("name", "")
     except (OSError, tomllib.TOMLDecodeError):

@@ -34,13 +34,17 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from incast import scenario as scn
-from incast.measure.calibration import (BUSY_SHARE, CACHE_DIR, LADDER_MBPS, cache_key, cache_path,  # noqa: F401
-                                        cached, describe, faithful_rate, load_line, machine, made_busy,
+from incast.errors import MissingFeature
+from incast.measure.calibration import (BUSY_SHARE, CACHE_DIR, LADDER_MBPS, NoFaithfulRate, cache_key,  # noqa: F401
+                                        cache_path, cached, describe, faithful_rate, load_line, machine, made_busy,
                                         resolve_auto_rate)
 from incast.measure.cpu import others_now
-from incast.measure.fidelity import MIN_SERVICE_RATIO
+from incast.measure.fidelity import MIN_SERVICE_RATIO, monitor_binary
+from incast.run.experiment import run
+from incast.vm.guest import kernel_dir
 
 SENDER_COUNTS = (1, 16, 64)
 BLOCK_MS = 50           # link time of one block
@@ -68,7 +72,6 @@ def _trial_scenario(senders: int, mbps: int) -> scn.Scenario:
 
 
 def _trial(senders: int, mbps: int, workdir: Path) -> dict:
-    from incast.run.experiment import run
     s = _trial_scenario(senders, mbps)
     out = workdir / s.name
     t = time.monotonic()
@@ -79,7 +82,6 @@ def _trial(senders: int, mbps: int, workdir: Path) -> dict:
     reasons = list(f["reasons"])
     if share < need:
         reasons.append(f"goodput {100 * share:.1f}% of the link (needs {100 * need:.0f}%)")
-    import pandas as pd
     links = pd.read_parquet(out / "links.parquet")
     busy = links[links["busy_packets"] >= 50]
     # Packets of the measured blocks (the monitor also saw the warm-up) and their time.
@@ -109,8 +111,6 @@ def calibrate(log=lambda msg: None, force: bool = False) -> dict:
         if c is not None:
             log(f"calibrate: the cached calibration was made beside other work ({load_line(c['load'])}); "
                 "the machine is quiet now: measuring again")
-    from incast.measure.fidelity import monitor_binary
-    from incast.errors import MissingFeature
     if monitor_binary() is None:
         raise MissingFeature("calibration needs the link monitor: run scripts/build-bpf.sh")
     t0 = time.monotonic()
@@ -199,7 +199,6 @@ def virtual_fallback(scenarios, log=lambda msg: None) -> dict:
     machine's calibration holds no real-time rate for some of them and the UML kernel is
     built ({} otherwise: the runs go ahead, or fail with NoFaithfulRate saying what to
     do)."""
-    from incast.measure.calibration import NoFaithfulRate
     auto = [s for s in scenarios if s.link.rate == "auto" and s.kernel == "host"]
     c = cached()
     if not auto or c is None:
@@ -209,7 +208,6 @@ def virtual_fallback(scenarios, log=lambda msg: None) -> dict:
             faithful_rate(c, s.topology.senders)
         return {}
     except NoFaithfulRate as e:
-        from incast.vm.guest import kernel_dir
         if kernel_dir("uml-stock") is None:
             raise
         log(f"warning: {str(e).split(';')[0]}; running in virtual time at 1 Gbit/s instead "

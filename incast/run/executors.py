@@ -260,7 +260,7 @@ class DaskExecutor:
 
     def _client(self):
         try:
-            from distributed import Client
+            from distributed import Client      # late: the optional dask extra, for this executor only
         except ImportError:
             raise BadInput("--executor dask: the distributed package is missing (scripts/setup.sh)") from None
         target = self.address.removeprefix("dask://")
@@ -275,7 +275,7 @@ class DaskExecutor:
         tasks = list(tasks)
         if not tasks:
             return
-        from distributed import as_completed as dask_completed
+        from distributed import as_completed as dask_completed    # late: the optional dask extra
         client = self._client()
         try:
             try:

@@ -21,7 +21,9 @@ import platform
 import time
 from pathlib import Path
 
+import mininet.net
 import pandas as pd
+import pyarrow
 
 from incast import clock as clocks
 from incast import dataplane as dataplanes
@@ -43,11 +45,9 @@ from incast.workload import Block, Hooks
 
 
 def environment(features: Features, scenario: Scenario, tcp: hostconfig.TcpProfile) -> dict:
-    import mininet.net
     versions = {"python": platform.python_version(), "mininet": mininet.net.VERSION,
                 "pandas": pd.__version__, "bpftrace": features.bpftrace}
     try:
-        import pyarrow
         versions["pyarrow"] = pyarrow.__version__
     except ImportError:
         pass

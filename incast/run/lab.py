@@ -8,9 +8,13 @@ import resource
 import time
 from dataclasses import dataclass
 
-from incast.machine import resources
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+
 from incast import topology
+from incast.machine import resources
 from incast.network import hostconfig
+from incast.network.link import BatchedHost, DeferredIntf, VethBatch
 
 
 @dataclass
@@ -27,10 +31,7 @@ class Lab:
 
 def build(scenario, features, dp, res, results, log) -> Lab:
     # Imported late: Mininet is heavy and only needed once a network is built.
-    from mininet.log import setLogLevel
-    from mininet.net import Mininet
 
-    from incast.network.link import BatchedHost, DeferredIntf, VethBatch
     setLogLevel("error")
     wanted = sorted({t.cc for _, t in scenario.tcp.all_settings()} - set(features.cc_allowed))
     if wanted:

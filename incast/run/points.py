@@ -29,9 +29,13 @@ import uuid
 from functools import lru_cache
 from pathlib import Path
 
+from incast import vm
+from incast.clock import named
 from incast.constants import REPO, VM_SCRATCH_PREFIX
 from incast.measure.results import is_complete
+from incast.registry import DATAPLANES
 from incast.scenario import Scenario, to_toml
+from incast.vm import guest
 
 # The files a run executes or reads; their bytes are the code's version.
 CODE_GLOBS = ("incast/**/*.py", "incast/**/*.sh", "incast/bpf/*.c", "incast/bpf/*.h", "hosts/**/*.py",
@@ -53,7 +57,6 @@ def run_files(globs=CODE_GLOBS, root: Path = REPO) -> list[Path]:
 
 def plane_globs() -> tuple[str, ...]:
     """Every data plane's own sources (registry: DataPlaneEntry.sources)."""
-    from incast.registry import DATAPLANES
     return tuple(g for e in DATAPLANES.values() for g in e.sources)
 
 
@@ -62,7 +65,6 @@ def code_version(dataplane: str | None = None, root: Path = REPO) -> str:
     """The hash of what a run executes: the common files, and with `dataplane` that
     plane's own sources too. `root`: another checkout's files (an earlier commit's, to
     tell whether a kept result's code is today's)."""
-    from incast.registry import DATAPLANES
     h = hashlib.sha256()
     files = run_files(root=root)
     if dataplane is not None and DATAPLANES[dataplane].sources:
@@ -77,9 +79,6 @@ def kernel_key(kernel: str, clock: str) -> str:
     """What identifies the kernel a point runs on (see the module's docstring)."""
     if kernel == "host":
         return f"host:{platform.release()}:{platform.version()}"
-    from incast import vm
-    from incast.clock import named
-    from incast.vm import guest
     variant = vm.runner(named(clock)).variant(kernel)
     d = guest.kernel_dir(variant)
     return f"{variant}:{d.name if d else 'not-built'}"

@@ -9,6 +9,7 @@ from incast import clock as clocks
 from incast import dataplane, vm, workload
 from incast.errors import MissingFeature
 from incast.machine.probe import Features
+from incast.vm import guest
 
 
 def require(features: Features, scenario) -> list[str]:
@@ -45,7 +46,6 @@ def host_missing(scenario) -> list[str]:
     start here), asked without a kernel to probe: the guest kernel and its runner where
     the scenario runs in one, and the data plane's tools. require() asks the rest of
     the kernel the run is on."""
-    from incast.vm import guest
     why = []
     if scenario.kernel != "host":
         clock = clocks.named(scenario.clock)

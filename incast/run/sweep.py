@@ -28,10 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from tqdm import tqdm
 
 from incast import scenario as scn
 from incast.clock import named
+from incast.measure.calibration import resolve_auto_rate
 from incast.measure.results import Claim, flat_summary
+from incast.run import executors
+from incast.run import points as pts
 from incast.run.in_guest import guest_key
 
 
@@ -135,8 +139,6 @@ def run_sweep(points, grid: dict, repeats: int, out: Path, unique: bool, meta: d
     and is moved as each finishes (a tqdm bar, say). One failed run does not lose the
     others; a point already in the store is not measured again (fresh: it is). batch:
     points a guest runs at most (incast.run.executors.BATCH_MAX)."""
-    from incast.measure.calibration import resolve_auto_rate
-    from incast.run import executors, points as pts
     runs = _repeated(points, repeats)   # a bad --repeat fails before anything is claimed
     jobs = jobs or default_jobs(runs)
     check_jobs(runs, jobs, force_jobs)
@@ -253,7 +255,6 @@ def runs_bar(runs, stream=None, every_s: float = 30.0):
     """A progress bar over a sweep's runs: redrawn in place on a terminal; elsewhere (a
     log file, CI) a line at most every `every_s` seconds, so an hour-long figure says
     how far it is."""
-    from tqdm import tqdm
     stream = stream or sys.stderr
     if stream.isatty():
         return tqdm(total=len(runs), unit="run", file=stream)

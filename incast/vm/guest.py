@@ -21,11 +21,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
 from incast.errors import RunFailed
 
 HERE = Path(__file__).resolve().parent
 GUEST_INIT = HERE / "guest-init.sh"
-from incast.constants import KERNEL_BUILD_SH as BUILD_SH   # kernels/ builds what the guests boot
+import argparse
+import sys
+
+from incast.constants import KERNEL_BUILD_SH as BUILD_SH  # kernels/ builds what the guests boot
 
 
 class VMError(RunFailed):
@@ -232,7 +236,6 @@ def read(p: Path) -> str:
 def command_parser(description: str, example: str, kernel_default: str, kernel_help: str,
                    timeout: float, memory_mb: int):
     """The arguments both runners take as commands (``python3 -m incast.vm.qemu|uml``)."""
-    import argparse
     ap = argparse.ArgumentParser(description=description, epilog=f"example: {example}")
     ap.add_argument("--kernel", default=kernel_default, help=kernel_help)
     ap.add_argument("--results", help="results directory (default: a new one under /tmp)")
@@ -247,8 +250,6 @@ def command_main(ap, argv, name: str, emulator: str, run_guest, describe) -> int
     """Parse, run ``run_guest(args, command)`` with the signals handled, print the guest
     command's output and ``describe(result)``; exit with the guest command's status
     (124 timed out, 125 the guest did not run it, 128+N a signal)."""
-    import argparse
-    import sys
     ap.add_argument("command", nargs=argparse.REMAINDER, help="command to run in the guest")
     a = ap.parse_args(argv)
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command

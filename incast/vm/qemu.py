@@ -29,6 +29,7 @@ SIGTERM, and (PR_SET_PDEATHSIG) the death of the calling process.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import shlex
 import shutil
@@ -36,7 +37,7 @@ import sys
 from pathlib import Path
 
 from incast.vm.guest import (GUEST_INIT, VMError, VMResult, collect, command_main, command_parser,  # noqa: F401
-                    find_kernel, kernel_dir, prepare, supervise)
+                             find_kernel, kernel_dir, prepare, supervise)
 
 QEMU = "qemu-system-x86_64"
 VARIANTS = ("stock", "hrtimer")
@@ -77,7 +78,6 @@ def report(result: VMResult, log) -> None:
 
 def kvm_usable() -> bool:
     """True if /dev/kvm opens and can create a VM (a device node alone is not enough)."""
-    import fcntl
     try:
         fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
     except OSError:

@@ -12,8 +12,9 @@ import shutil
 import subprocess
 import sys
 
-from incast.workload import Hooks, Workload, WorkloadFailed
 from incast.constants import HOSTS_DIR
+from incast.errors import MissingFeature
+from incast.workload import Hooks, Workload, WorkloadFailed
 
 PORT = 11211
 VALUE_BYTES = 16 << 10      # bytes per key: a fragment of 256 KiB is a multiget of 16 keys
@@ -24,7 +25,6 @@ class MemcachedMultiget(Workload):
     @classmethod
     def require(cls, features, scenario):
         if shutil.which("memcached") is None:
-            from incast.errors import MissingFeature
             raise MissingFeature("workload memcached needs memcached (Debian package memcached)")
         return []
 
