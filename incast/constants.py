@@ -55,3 +55,6 @@ RTO_COUNTERS = [RTO_COUNTER, "TCPSackFailures", "TCPRenoFailures", "TCPSackRecov
 # A guest run's scratch directory, beside its results (incast.run.in_guest): locked while
 # its run lives, so that one a killed run left is told from one in use (points.Store).
 VM_SCRATCH_PREFIX = ".incast-vm-"
+# A local sweep executor's directory of scenario files in the point store (locked while
+# it lives, as a guest run's scratch directory).
+POINTS_SCRATCH_PREFIX = ".incast-points-"

@@ -364,25 +364,22 @@ def test_a_sweeps_progress_is_lines_where_no_terminal_redraws_them():
     assert len(lines) >= 2 and "4/4" in lines[-1], lines
 
 
-def test_a_guest_scratch_directory_a_killed_run_left_is_removed_and_one_in_use_is_not(tmp_path):
-    """A guest run's scratch directory in the point store holds a lock while its run
-    lives: one whose lock nobody holds (SIGKILL) goes at the next sweep or incast
-    cleanup; one locked, or still being made (no lock yet), stays."""
-    import fcntl
-    from incast.constants import VM_SCRATCH_PREFIX
+@pytest.mark.parametrize("prefix", ["VM_SCRATCH_PREFIX", "POINTS_SCRATCH_PREFIX"])
+def test_a_scratch_directory_a_killed_run_left_is_removed_and_one_in_use_is_not(tmp_path, prefix):
+    """A guest run's scratch directory, and a local executor's, in the point store hold a
+    lock while their run or sweep lives: one whose lock nobody holds (SIGKILL) goes at
+    the next sweep or incast cleanup; one locked, or still being made (no lock yet),
+    stays."""
+    from incast import constants
     store = points.Store(tmp_path / "store")
-    left, live, new = (store.root / f"{VM_SCRATCH_PREFIX}{n}" for n in ("left", "live", "new"))
+    left, live, new = (store.root / f"{getattr(constants, prefix)}{n}" for n in ("left", "live", "new"))
     for d in (left, live, new):
         d.mkdir()
         (d / "scenario.toml").write_text("")
     (left / ".lock").touch()
-    fd = os.open(live / ".lock", os.O_RDWR | os.O_CREAT)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    try:
+    with points.locked(live):
         assert store.remove_stale() == 1
         assert not left.exists() and live.is_dir() and new.is_dir()
-    finally:
-        os.close(fd)
     assert store.remove_stale() == 1 and not live.exists()
 
 

@@ -54,11 +54,7 @@ def batch_runs(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("batch")
     lossy = _scenario(tmp_path, "lossy", **{"senders": "16", "buffer": "32KiB", "rto_min": "min", "seed": "3"})
     clean = _scenario(tmp_path, "clean", **{"senders": "8", "seed": "7"})
-    two = _scenario(tmp_path, "two", **{"senders": "2", "seed": "7", "blocks": "10"})
-    four = _scenario(tmp_path, "four", **{"senders": "4", "seed": "7", "blocks": "10"})
-    for args in ([lossy, tmp_path / "first", clean, tmp_path / "second"], [clean, tmp_path / "fresh"],
-                 [two, tmp_path / "two", four, tmp_path / "four-second"], [four, tmp_path / "four"],
-                 [four, tmp_path / "four-again"]):
+    for args in ([lossy, tmp_path / "first", clean, tmp_path / "second"], [clean, tmp_path / "fresh"]):
         r = _in_guest(*args)
         assert r.returncode == 0, r.stderr[-3000:]
     return tmp_path
@@ -82,31 +78,20 @@ def test_a_point_after_another_finds_the_guest_as_it_was(batch_runs, no_leftover
 
 @pytest.mark.network
 @needs_root
-def test_a_fresh_guest_repeats_its_blocks(batch_runs):
-    """The reference for the next test: the same lossless point in two fresh guests."""
-    a, b = _blocks(batch_runs / "four"), _blocks(batch_runs / "four-again")
-    assert len(a) == len(b) == 10
-    assert (a - b).abs().max() <= 0.002, (a - b).abs().max()
-
-
-@pytest.mark.network
-@needs_root
-@pytest.mark.xfail(strict=True, reason=(
-    "declared: a point run after another in one guest is not a fresh guest's run bit for bit. "
-    "Lossless, 4 servers, 10 blocks, seed 7: after a 2-server point, a lossy 16-server one and a 1-server one "
-    "of 200 blocks, blocks moved by up to 2.048, 2.048 and 0.512 us (8, 8 and 2 ticks of the guest's "
-    "256 ns clock) from a fresh guest's, which repeats them exactly; the flows' jiffy stamps and "
-    "first RTT samples differ too. Mechanism unknown: the guest's clock and jiffies stand elsewhere "
-    "when a later point starts, and its kernel's random state has moved on (both candidates, neither "
-    "ablated). A run's statistics are what must match: tests/test_check.py compares fresh runs, made "
-    "in batches, with the kept runs, made a guest each, at every claim's deciding point."))
-def test_a_point_after_another_repeats_a_fresh_guests_blocks(batch_runs):
-    """Where nothing is dropped, a run repeats every block time to within a few clock
-    reads (test_virtual_time); the same point run second in a guest would too if it were
-    the fresh guest's run."""
-    a, b = _blocks(batch_runs / "four-second"), _blocks(batch_runs / "four")
-    assert len(a) == len(b) == 10
-    assert (a - b).abs().max() <= 0.002, (a - b).abs().max()
+def test_a_point_after_another_measures_what_a_fresh_guest_measures(batch_runs):
+    """Lossless, the same point second in a guest and alone in a fresh one: the same
+    blocks, to within 1% each (the finest difference a figure claims is 1% of the link,
+    linux-eras-200ms). Not bit for bit, which is not promised: where nothing is
+    dropped a fresh guest repeats every block to the nanosecond, while a point after
+    another has been seen both ways (blocks moved by up to 8 ticks of the guest's
+    256 ns clock, 2 us in a 1.1 ms block, in one build of the runner; by none in the
+    next), the guest's clock, jiffies and random state standing elsewhere when it
+    starts. Its statistics are what must agree, and tests/test_check.py compares them:
+    the kept runs were made a guest each, the fresh ones in batches."""
+    a, b = _blocks(batch_runs / "second"), _blocks(batch_runs / "fresh")
+    assert len(a) == len(b) == 20
+    assert ((a - b).abs() / b).max() < 0.01, ((a - b).abs() / b).max()
+    print(f"largest block difference: {(a - b).abs().max() * 1000:.3f} us")
 
 
 def test_what_a_point_leaves_is_named(tmp_path, monkeypatch):

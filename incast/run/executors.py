@@ -26,6 +26,7 @@ import math
 import os
 import queue
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -36,9 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from incast.constants import POINTS_SCRATCH_PREFIX
 from incast.errors import BadInput, RunFailed
 
 from incast.measure.results import Claim, is_complete
+from incast.run.points import locked
 
 WORKER_WAIT_S = 120     # for the cluster's first worker, before any point is submitted
 # Points a guest runs at most: its boot and imports (about 1 s of host time with UML)
@@ -121,7 +124,13 @@ class LocalExecutor:
         tasks = list(tasks)
         if not tasks:
             return
-        work = Path(tempfile.mkdtemp(prefix=".incast-points-", dir=store.root))
+        # Locked while this sweep lives: one a killed sweep left goes at the next sweep or
+        # incast cleanup (points.Store.remove_stale).
+        work = Path(tempfile.mkdtemp(prefix=POINTS_SCRATCH_PREFIX, dir=store.root))
+        with locked(work):
+            yield from self._run(tasks, store, work)
+
+    def _run(self, tasks: list[Task], store, work: Path) -> Iterator[Done]:
         env = {}
         if self.jobs > 1 and self.concurrent_real_time:
             env["INCAST_CONCURRENT_RUNS"] = str(self.jobs - 1)   # the runs' fidelity says so
@@ -192,9 +201,7 @@ class LocalExecutor:
                 for fut in futures:
                     fut.result()
         finally:
-            for f in work.glob("*.toml"):
-                f.unlink()
-            work.rmdir()
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _host_seconds(store, key: str) -> float:

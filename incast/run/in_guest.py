@@ -16,10 +16,7 @@ runs such a batch.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import os
 import re
 import shutil
 import sys
@@ -34,26 +31,12 @@ from incast.constants import REPO, VM_SCRATCH_PREFIX
 from incast.errors import BadInput, IncastError, MissingFeature, RunFailed
 from incast.measure.results import Claim, Outcome, single_threaded_arrow
 from incast.run import preflight
+from incast.run.points import locked
 from incast.run.phases import BLOCK_LINE, PHASE_LINE, HostPhases
 from incast.scenario import Scenario, build, load_file, to_toml
 from incast.vm import guest
 
 POINT_LINE = re.compile(r"point: (begin|end) (\d+)(?: (-?\d+))?$")
-
-
-@contextlib.contextmanager
-def locked(directory: Path):
-    """Hold directory/.lock for the block. The lock is taken on a file of another name
-    and renamed into place, so .lock never exists unheld while its run lives: a sweep
-    starting meanwhile (points.Store.remove_stale) cannot take a live run's directory
-    for one a killed run left."""
-    fd = os.open(directory / ".lock-taking", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.rename(directory / ".lock-taking", directory / ".lock")
-        yield
-    finally:
-        os.close(fd)
 
 
 def guest_key(scenario: Scenario) -> str | None:

@@ -20,6 +20,7 @@ later sweep could mistake for a result.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from incast import vm
 from incast.clock import named
-from incast.constants import REPO, VM_SCRATCH_PREFIX
+from incast.constants import POINTS_SCRATCH_PREFIX, REPO, VM_SCRATCH_PREFIX
 from incast.measure.results import is_complete
 from incast.registry import DATAPLANES
 from incast.scenario import Scenario, to_toml
@@ -89,6 +90,21 @@ def point_key(scenario: Scenario) -> str:
     for part in (to_toml(scenario), code_version(scenario.dataplane), kernel_key(scenario.kernel, scenario.clock)):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:20]
+
+
+@contextlib.contextmanager
+def locked(directory: Path):
+    """Hold directory/.lock for the block. The lock is taken on a file of another name
+    and renamed into place, so .lock never exists unheld while its user lives: a sweep
+    starting meanwhile (Store.remove_stale) cannot take a live run's directory for one
+    a killed run left."""
+    fd = os.open(directory / ".lock-taking", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.rename(directory / ".lock-taking", directory / ".lock")
+        yield
+    finally:
+        os.close(fd)
 
 
 def abandoned(d: Path) -> bool:
@@ -152,13 +168,14 @@ class Store:
     def remove_stale(self) -> int:
         """What killed sweeps left: a measurement that completed before its sweep could
         install it is installed now (nothing measured is lost); the work directory of
-        one that did not complete, and a guest run's scratch directory (its lock held by
-        no live process), are removed. Returns how many were removed."""
+        one that did not complete, a guest run's scratch directory and a local executor's
+        (their locks held by no live process), are removed. Returns how many were removed."""
         for d in self.root.glob(".*.new"):
             if is_complete(d):
                 self.install(d.name.split(".")[1], d)
         removed = 0
-        for d in [*self.root.glob(".*.incomplete"), *self.root.glob(f"{VM_SCRATCH_PREFIX}*")]:
+        for d in [*self.root.glob(".*.incomplete"), *self.root.glob(f"{VM_SCRATCH_PREFIX}*"),
+                  *self.root.glob(f"{POINTS_SCRATCH_PREFIX}*")]:
             if abandoned(d):
                 shutil.rmtree(d, ignore_errors=True)
                 removed += 1
