@@ -119,3 +119,10 @@ def test_sweep_plot(tmp_path):
             for n, g in zip((1, 8, 16), gs)]
     out = plot_sweep(pd.DataFrame(rows), tmp_path / "g.png", title="t")
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sweep_plot_of_repeated_equal_runs(tmp_path):
+    """Three runs of 0.1 average to more than 0.1: the error bars still draw."""
+    rows = [{"senders": 1, "repeat": r, "goodput_mbps": 0.1, "link_mbps": 1000.0} for r in range(3)]
+    out = plot_sweep(pd.DataFrame(rows), tmp_path / "g.png", title="t")
+    assert out.read_bytes()[:4] == b"\x89PNG"

@@ -83,10 +83,9 @@ def test_a_point_after_another_measures_what_a_fresh_guest_measures(batch_runs):
     blocks, to within 1% each (the finest difference a figure claims is 1% of the link,
     linux-eras-200ms). Not bit for bit, which is not promised: where nothing is
     dropped a fresh guest repeats every block to the nanosecond, while a point after
-    another has been seen both ways (blocks moved by up to 8 ticks of the guest's
-    256 ns clock, 2 us in a 1.1 ms block, in one build of the runner; by none in the
-    next), the guest's clock, jiffies and random state standing elsewhere when it
-    starts. Its statistics are what must agree, and tests/test_check.py compares them:
+    another moved blocks by up to 8 ticks of the guest's 256 ns clock (2 us in a 1.1 ms
+    block) in one build of the runner and by up to 2 in the next, the guest's clock,
+    jiffies and random state standing elsewhere when it starts. Its statistics are what must agree, and tests/test_check.py compares them:
     the kept runs were made a guest each, the fresh ones in batches."""
     a, b = _blocks(batch_runs / "second"), _blocks(batch_runs / "fresh")
     assert len(a) == len(b) == 20

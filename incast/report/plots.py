@@ -53,8 +53,9 @@ def plot_sweep(table: pd.DataFrame, out: Path, title: str = "", axes: list[str] 
         key = key if isinstance(key, tuple) else (key,)
         label = ", ".join(f"{a}={_pretty(a, v, g)}" for a, v in zip(axes, key)) or "goodput"
         mean = g.groupby("senders")["goodput_mbps"].agg(["mean", "min", "max"]).sort_index()
-        line = ax.errorbar(mean.index, mean["mean"], yerr=[mean["mean"] - mean["min"], mean["max"] - mean["mean"]],
-                           marker="o", capsize=3, label=label)
+        # Clipped at 0: the mean of equal runs can exceed them by a rounding (0.1 * 3 / 3).
+        spread = [(mean["mean"] - mean["min"]).clip(lower=0), (mean["max"] - mean["mean"]).clip(lower=0)]
+        line = ax.errorbar(mean.index, mean["mean"], yerr=spread, marker="o", capsize=3, label=label)
         bad = unfaithful_points(g)
         if len(bad):
             # Hollow: a point with a run the emulator could not keep faithful.
