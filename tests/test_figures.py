@@ -434,6 +434,19 @@ def test_a_number_agrees_within_a_tenth_of_the_link_or_a_factor_of_one_and_a_hal
 FIGURE = figure.Figure(paper="P", figure="F", caption="c", sweep="s.toml", series="rto_min")
 
 
+def test_a_number_of_a_derived_metric_is_judged_on_each_runs_value():
+    """WREN'09's R is a run's timeouts per server per 100 blocks (judge.RUN_METRICS): six
+    runs of 8 servers and 10 blocks with 20-26 timeouts are R = 25-32.5, which agrees
+    with 28 and differs from 3.5."""
+    t = table([("200ms", 8, 100.0)] * 6)
+    t["timeouts"], t["blocks"] = [20, 21, 22, 23, 24, 26], 10
+    n = figure.PaperNumber(series="200ms", x=8, value=28, metric="rto_events_per_sender_per_100_blocks",
+                           source="s" * 41)
+    row = judge.number_verdict(FIGURE, t, n)
+    assert row["verdict"] == "agrees" and row["ours"] == 28.1
+    assert judge.number_verdict(FIGURE, t, n.model_copy(update={"value": 3.5}))["verdict"] == "differs"
+
+
 def test_every_paper_number_is_judged_on_its_kept_result_as_its_figure_declares():
     """Each number the papers state (a figure's paper_numbers) agrees with the full kept
     result, or it is a declared divergence and differs (the day it agrees, or cannot be

@@ -247,10 +247,27 @@ def shift_interval(a: list[float], b: list[float], confidence: float = LOOK_CONF
     return diffs[k], diffs[-1 - k]
 
 
+# Per-run quantities a paper states that a sweep's table holds in parts: each a function
+# of the runs' rows. A paper number's (or a claim's) metric is a table column or one of these.
+RUN_METRICS = {
+    # WREN'09's R: "the number of RTO events during the transfer" of 100 blocks, per
+    # sender (its Equations 1-3); the runs count every server's timeouts over their blocks.
+    "rto_events_per_sender_per_100_blocks": lambda t: 100 * t["timeouts"] / (t["senders"] * t["blocks"]),
+}
+
+
+def run_metric(table: pd.DataFrame, metric: str) -> pd.Series | None:
+    """A metric's value for each run (row) of the table, or None where it has none."""
+    if metric in RUN_METRICS:
+        return RUN_METRICS[metric](table)
+    return table[metric] if metric in table else None
+
+
 def faithful_values(fig: Figure, table: pd.DataFrame, series: str, x, metric: str) -> list[float]:
     t = faithful_rows(table)
     t = t[(t[col(fig.series)].astype(str) == str(series)) & (t[col(fig.x)] == x)]
-    return [float(g) for g in t[metric].dropna()] if metric in t else []
+    values = run_metric(t, metric)
+    return [float(g) for g in values.dropna()] if values is not None else []
 
 
 def link_limit(table: pd.DataFrame) -> float:

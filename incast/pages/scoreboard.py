@@ -23,6 +23,9 @@ from incast.constants import DOCS_DIR
 PAGE = DOCS_DIR / "scoreboard.md"
 VERDICTS = ("holds", "does not hold", "undecided", "not testable", "no kept result")
 
+# How the numbers table names a metric that is not a rate (the metric's name otherwise).
+METRIC_UNITS = {"rto_events_per_sender_per_100_blocks": " RTOs a server per 100 blocks (R)"}
+
 
 def _cell(text) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
@@ -107,7 +110,7 @@ def page() -> str:
               "| figure | curve | at | paper | ours: median [interval, runs] | ratio | verdict | the paper's words |",
               "|---|---|---|---|---|---|---|---|"]
     for x in numbers:
-        unit = " Mbit/s" if x["metric"].endswith("_mbps") else f" ({x['metric']})"
+        unit = " Mbit/s" if x["metric"].endswith("_mbps") else METRIC_UNITS.get(x["metric"], f" ({x['metric']})")
         ours = (f"{x['ours']:g} [{x['lo']:g}-{x['hi']:g}, {x['runs']}]" if x["ours"] is not None else "")
         verdict = x["verdict"] + (" (declared divergence)" if x["divergence"] else "")
         ratio = f"{x['ratio']:g}" if x["ratio"] is not None else ""
