@@ -253,6 +253,8 @@ RUN_METRICS = {
     # WREN'09's R: "the number of RTO events during the transfer" of 100 blocks, per
     # sender (its Equations 1-3); the runs count every server's timeouts over their blocks.
     "rto_events_per_sender_per_100_blocks": lambda t: 100 * t["timeouts"] / (t["senders"] * t["blocks"]),
+    # FAST'08's Table 3 counts timeouts and data blocks over a 20 s run: their ratio.
+    "timeouts_per_block": lambda t: t["timeouts"] / t["blocks"],
 }
 
 

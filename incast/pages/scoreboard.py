@@ -24,7 +24,8 @@ PAGE = DOCS_DIR / "scoreboard.md"
 VERDICTS = ("holds", "does not hold", "undecided", "not testable", "no kept result")
 
 # How the numbers table names a metric that is not a rate (the metric's name otherwise).
-METRIC_UNITS = {"rto_events_per_sender_per_100_blocks": " RTOs a server per 100 blocks (R)"}
+METRIC_UNITS = {"rto_events_per_sender_per_100_blocks": " RTOs a server per 100 blocks (R)",
+                "timeouts_per_block": " timeouts a block"}
 
 
 def _cell(text) -> str:
