@@ -298,13 +298,12 @@ def test_a_calibration_made_on_a_busy_machine_is_not_reused_once_it_is_quiet(mon
     measured again once the machine is quiet; kept while it is still busy; one made
     on a quiet machine is kept either way."""
     from incast.errors import MissingFeature
-    from incast.measure import fidelity as fid
     from incast.run import calibrate
     cache = {"c": BUSY}
     monkeypatch.setattr(calibrate, "cached", lambda: cache["c"])
     # measuring again needs the link monitor: without it, calibrate() says so, which is
     # how this test sees that it would measure
-    monkeypatch.setattr(fid, "monitor_binary", lambda: None)
+    monkeypatch.setattr(calibrate, "monitor_binary", lambda: None)
     monkeypatch.setattr(calibrate, "others_now", lambda: 0.0)
     with pytest.raises(MissingFeature, match="needs the link monitor"):
         calibrate.calibrate()
