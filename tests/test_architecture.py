@@ -5,132 +5,94 @@ for the test's length), and the run's own machinery takes it up. And the clock i
 asked, never named, outside incast/clock.py."""
 import re
 import sys
-import textwrap
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from conftest import needs_root
 from incast import registry, topology
-from incast.clock import REAL
 from incast.scenario import build
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _module(tmp_path, monkeypatch, name: str, text: str) -> str:
-    (tmp_path / f"{name}.py").write_text(textwrap.dedent(text))
+EXAMPLES = REPO / "docs" / "examples"
+# A small real run on this machine's kernel: each worked example is made for real.
+REAL_RUN = {"senders": "2", "link_rate": "100Mbit", "buffer": "64KiB", "blocks": "3", "warmup": "1",
+            "sru": "64KiB"}
+
+
+def _module(tmp_path, monkeypatch, name: str, example: str) -> str:
+    """docs/examples/<example>.py as the module `name`, as a user's file would be."""
+    (tmp_path / f"{name}.py").write_text((EXAMPLES / f"{example}.py").read_text())
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop(name, None)
     return name
 
 
-class _Features:
-    clock = REAL
+def _run(scenario, out):
+    from incast.run.experiment import run
+    return run(scenario, out).summary
 
 
-def test_a_table_is_an_instrument_file_and_a_registry_line(tmp_path, monkeypatch):
-    from incast.measure.instrument import Bench, Instruments, selected
-    module = _module(tmp_path, monkeypatch, "incast_example_table", """
-        import pandas as pd
-        from incast.measure.instrument import Instrument, Readings
+def test_the_worked_examples_are_the_documentations():
+    """docs/architecture.md shows each example file whole, as the tests below run it."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    for f in sorted(EXAMPLES.glob("*.py")):
+        assert f"```python\n# docs/examples/{f.name}\n{f.read_text()}```" in text, f"{f.name} differs from the page"
 
-        class Marks(Instrument):
-            def __init__(self, bench):
-                super().__init__(bench)
-                self.rows = []
 
-            def measuring(self, rep):
-                self.rows.append({"rep": rep, "edge": "begin"})
-
-            def measured(self, rep):
-                self.rows.append({"rep": rep, "edge": "end"})
-
-            def stop(self):
-                return Readings(tables={"marks.parquet": pd.DataFrame(self.rows)}, summary={"marks": len(self.rows)})
-        """)
+@needs_root
+@pytest.mark.network
+def test_a_table_is_an_instrument_file_and_a_registry_line(tmp_path, monkeypatch, no_leftovers):
+    module = _module(tmp_path, monkeypatch, "incast_example_marks", "marks")
     monkeypatch.setitem(registry.INSTRUMENTS, "marks", registry.InstrumentEntry(module, "Marks", ("marks.parquet",)))
-    classes = [c for c in selected(build(), _Features) if c.__name__ == "Marks"]
-    assert len(classes) == 1
-    bench = Bench(build(), _Features, None, None, None, [], [], frozenset(), 0, tmp_path, None, None)
-    instruments = Instruments(classes, bench)
-    instruments.start()
-    for rep in range(2):
-        instruments.measuring(rep)
-        instruments.measured(rep)
-    readings = instruments.stop()
-    assert readings.summary == {"marks": 4}
-    assert isinstance(readings.tables["marks.parquet"], pd.DataFrame) and len(readings.tables["marks.parquet"]) == 4
+    summary = _run(build({}, {**REAL_RUN, "repetitions": "2"}), tmp_path / "run")
+    marks = pd.read_parquet(tmp_path / "run" / "marks.parquet")
+    assert summary["marks"] == 4 and list(marks["edge"]) == ["begin", "end"] * 2
+    assert (marks["t_ns"].diff().dropna() > 0).all()
 
 
-def test_a_topology_is_a_topo_file_and_a_registry_line(tmp_path, monkeypatch):
+@needs_root
+@pytest.mark.network
+def test_a_topology_is_a_topo_file_and_a_registry_line(tmp_path, monkeypatch, no_leftovers):
     folder = tmp_path / "topologies"
     folder.mkdir()
-    for f in (REPO / "topologies").glob("*.py"):
+    for f in [*(REPO / "topologies").glob("*.py"), EXAMPLES / "chain.py"]:
         (folder / f.name).write_text(f.read_text())
-    (folder / "chain.py").write_text(textwrap.dedent('''
-        """Chain: the client on s1, every server one switch further."""
-        from mininet.topo import Topo
-
-
-        class ChainTopo(Topo):
-
-            def build(self, senders=1, others=0):
-                self.params = {"others": others}
-                switches = [self.addSwitch(f"s{i + 1}") for i in range(senders)]
-                self.client = self.addHost("client")
-                self.addLink(self.client, switches[0])
-                self.servers, self.others = [], []
-                for i, sw in enumerate(switches):
-                    if i:
-                        self.addLink(switches[i - 1], sw)
-                    self.servers.append(self.addHost(f"server{i + 1}"))
-                    self.addLink(self.servers[-1], sw)
-
-
-        topos = {"chain": ChainTopo}
-        '''))
     monkeypatch.setattr(topology, "TOPOLOGIES_DIR", folder)
     monkeypatch.setattr(topology, "TOPOLOGIES", (*registry.TOPOLOGIES, "chain"))
     for cached in (topology.topo_class, topology.facts):
         cached.cache_clear()
     try:
-        s = build({"topology": {"kind": "chain", "senders": 3, "trunk_rate": "10Gbit"}})
+        s = build({"topology": {"kind": "chain", "trunk_rate": "1Gbit"}}, {**REAL_RUN, "senders": "3"})
         assert s.topology.hosts() == ["client", "server1", "server2", "server3"]
         assert s.topology.most_hosts_on_a_switch() == 3            # the client, a server, the next switch
-        assert s.topology.params() == {"others": 0}
         assert "chain" in topology.known() and topology.trunked("chain")
+        summary = _run(s, tmp_path / "run")
+        assert summary["senders"] == 3 and summary["goodput_mbps"] > 0
+        assert summary["bottleneck_port"] == "s1-eth1"
     finally:
         for cached in (topology.topo_class, topology.facts):
             cached.cache_clear()
 
 
-def test_a_data_plane_is_its_file_and_a_registry_line(tmp_path, monkeypatch):
+@needs_root
+@pytest.mark.network
+def test_a_data_plane_is_its_file_and_a_registry_line(tmp_path, monkeypatch, no_leftovers):
     from incast import dataplane
-    module = _module(tmp_path, monkeypatch, "incast_example_plane", """
-        from incast.dataplane import DataPlane
-
-        class NullDataPlane(DataPlane):
-            name = "null"
-
-            def switch_class(self):
-                raise NotImplementedError
-
-            def configure(self, net, topo):
-                pass
-
-            def queue_counters(self):
-                raise NotImplementedError
-
-            def telemetry(self, run_dir, host_of_ip, world_inode):
-                raise NotImplementedError
-        """)
-    monkeypatch.setitem(registry.DATAPLANES, "null", registry.DataPlaneEntry(module, "NullDataPlane",
-                                                                            "forwards nothing", max_ports=8))
-    s = build({"dataplane": "null", "topology": {"senders": 4}})
-    assert dataplane.get(s.dataplane).name == "null"
+    module = _module(tmp_path, monkeypatch, "incast_example_tbf", "tbf")
+    monkeypatch.setitem(registry.DATAPLANES, "tbf", registry.DataPlaneEntry(
+        module, "TbfDataPlane", "a learning bridge, a token bucket a port", packet_buffers=False, max_ports=8))
+    s = build({}, {**REAL_RUN, "dataplane": "tbf"})
+    assert dataplane.get(s.dataplane).name == "tbf"
     with pytest.raises(Exception, match="9 ports on one switch"):
-        build({"dataplane": "null", "topology": {"senders": 8}})
+        build({}, {**REAL_RUN, "dataplane": "tbf", "senders": "8"})
+    summary = _run(s, tmp_path / "run")
+    queues = pd.read_parquet(tmp_path / "run" / "queues.parquet")
+    assert summary["dataplane"] == "tbf" and summary["goodput_mbps"] > 0
+    assert set(queues["port"]) == {"s1-eth1", "s1-eth2", "s1-eth3"} and queues["sent_bytes"].sum() > 0
 
 
 # A comparison with one of the clocks' names, or a test of which guest runner it is.
