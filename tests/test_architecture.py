@@ -149,15 +149,9 @@ def test_imports_are_at_the_top_of_their_module():
 def test_no_data_plane_imports_another():
     """What data planes share lives in a common room (e.g. the P4 postcards' collector,
     incast/measure/postcards.py), never in one of them."""
-    import ast
+    from test_layout import imports     # the layout test's reading of a module's imports
     planes = {p.stem for p in (REPO / "incast" / "dataplane").glob("*.py")} - {"__init__", "forwarding"}
-    wrong = []
-    for plane in planes:
-        path = REPO / "incast" / "dataplane" / f"{plane}.py"
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
-                     if isinstance(node, ast.ImportFrom) else
-                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            wrong += [f"{plane}.py imports {n}" for n in names
-                      if any(n == f"incast.dataplane.{o}" for o in planes - {plane})]
+    wrong = [f"{plane}.py imports {module} (line {line})" for plane in planes
+             for module, _, line in imports(REPO / "incast" / "dataplane" / f"{plane}.py")
+             if module in {f"incast.dataplane.{o}" for o in planes - {plane}}]
     assert not wrong, wrong
