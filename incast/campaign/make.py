@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from incast import scenario as scn
+from incast.campaign import quote
 from incast.campaign.figure import Figure, col, load, known, missing, plan
 from incast.campaign.judge import (PAYLOAD_SHARE, REPEAT_STEPS, comparison, judge, link_limit, point_means,
                                    point_stats, undecided_points)
@@ -218,10 +219,13 @@ def cmd_figure(args) -> int:
         return 0
     if len(comp):
         print(comp.drop(columns=["source", "divergence"]).to_string(index=False))
+    table = pd.read_parquet(result.final / "sweep.parquet")
+    meta = json.loads((result.final / "sweep.json").read_text())
     for v in r["verdicts"]:
         print(f"[{v['verdict']}] {v['claim']}\n    {v['detail']}")
         if v.get("divergence"):
-            print(f"    declared divergence: {v['divergence']}")
+            # Its numbers named in the text are this run's, where this run has the point.
+            print(f"    declared divergence: {quote.fill(fig, v['divergence'], table, meta, strict=False)}")
     if r["runs_not_faithful"]:
         print(f"note: {r['runs_not_faithful']} of {r['runs']} runs were not faithful (see sweep.parquet)")
     if args.quick:

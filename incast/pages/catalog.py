@@ -168,6 +168,12 @@ def cmd_catalog(args) -> int:
         dest = keep(name, root / name, commit, command, time.monotonic() - start)
         verdicts = ", ".join(v["verdict"] for v in result["verdicts"])
         print(f"[{i}/{len(todo)}] {name}: kept in {dest} ({result['runs']} runs; {verdicts})")
+        fig = figure.load(name)
+        declared = sum(1 for c in [*fig.claims, *fig.paper_numbers] if c.divergence)
+        if declared:
+            # The numbers they name are the new result's (incast.campaign.quote); the
+            # words around them were written for the old one.
+            print(f"[{i}/{len(todo)}] {name}: read its {declared} declared divergences again against the new result")
     scoreboard.main([])
     doc_tables.main([])
     return 0

@@ -29,7 +29,7 @@ from pydantic.fields import PydanticUndefined
 from incast import registry as registries
 from incast import scenario as scn
 from incast import testbed
-from incast.campaign import figure, judge, kept
+from incast.campaign import figure, judge, kept, quote
 from incast.constants import LABS_DIR, REPO
 from incast.registry import DATAPLANES
 from incast.units import format_rate, format_size, format_time_us
@@ -481,9 +481,11 @@ def figure_catalog() -> str:
             lines += ["Claims:", "", "| claim | check |", "|---|---|"]
             lines += [f"| {_cell(c.text)} | {_cell(_claim_check(fig, c))} |" for c in fig.claims]
             lines.append("")
+            result = kept.result(name)
             for c in fig.claims:
                 if getattr(c, "divergence", None):
-                    lines += [f"*Does not reproduce here:* \u201c{_cell(c.text)}\u201d: {_cell(c.divergence)}", ""]
+                    text = quote.fill(fig, c.divergence, *(result or (None, None)))
+                    lines += [f"*Does not reproduce here:* \u201c{_cell(c.text)}\u201d: {_cell(text)}", ""]
         lines += _kept(fig)
         for picture, caption in PICTURES.get(name, []):
             if (DOCS_DIR / picture).is_file():

@@ -17,7 +17,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from incast.campaign import figure, judge, kept
+from incast.campaign import figure, judge, kept, quote
 from incast.constants import DOCS_DIR
 
 PAGE = DOCS_DIR / "scoreboard.md"
@@ -47,7 +47,8 @@ def rows() -> list[dict]:
             why_stale = kept.stale(fig, meta) if result else ""
             out.append({"figure": name, "paper": fig.paper, "figure_title": fig.figure, "index": i,
                         "claim": c.text, "paper_number": paper, "verdict": v["verdict"],
-                        "ours": v["detail"], "divergence": c.divergence,
+                        "ours": v["detail"],
+                        "divergence": quote.fill(fig, c.divergence, *(result or (None, None))),
                         "kept": ("quick" if meta.get("quick") else "full") if result else None,
                         "kept_runs": len(result[0]) if result else 0, "stale": why_stale})
     return out
@@ -68,7 +69,8 @@ def number_rows() -> list[dict]:
                 {"verdict": "no kept result", "ours": None, "lo": None, "hi": None, "runs": 0, "ratio": None}
             out.append({"figure": name, "paper": fig.paper, "index": i, "series": n.series, "x": n.x,
                         "x_name": fig.x, "metric": n.metric, "paper_number": n.value, "source": n.source,
-                        "divergence": n.divergence, **{k: v[k] for k in ("verdict", "ours", "lo", "hi", "runs",
+                        "divergence": quote.fill(fig, n.divergence, *(result or (None, None))),
+                        **{k: v[k] for k in ("verdict", "ours", "lo", "hi", "runs",
                                                                           "ratio")}})
     return out
 
