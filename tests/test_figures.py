@@ -168,6 +168,64 @@ def test_undecided_claims_get_more_runs_until_decided(tmp_path):
     assert judge.judge(fig, t)[0]["verdict"] == "holds"
 
 
+def test_no_look_is_taken_past_the_last_designed_one(tmp_path):
+    """The judge's 90% is stated for looks at 6, 10 and 20 runs: a claim still undecided
+    at 20 stays undecided (a fourth look at 40 would break the guarantee), whatever
+    max_repeat asks, and incast figure refuses a --max-repeat past 20."""
+    fig = figure.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
+    split = [700.0, 900.0]
+    table([("200us", 16, split[i % 2]) for i in range(3)]).assign(
+        point_key=[f"k{i}" for i in range(3)]).to_parquet(tmp_path / "sweep.parquet")
+    asked = []
+
+    class Done:
+        def __init__(self, final):
+            self.final = final
+
+    def run_more(points, grid, repeat, out):
+        asked.append(repeat)
+        out.mkdir(parents=True)
+        table([("200us", 16, split[i % 2]) for i in range(repeat)]).assign(
+            point_key=[f"k{i}" for i in range(repeat)]).to_parquet(out / "sweep.parquet")
+        return Done(out)
+    assert make.decide(fig, tmp_path, {}, {}, {}, 3, 40, run_more) == 20 and asked == [6, 10, 20]
+    assert judge.judge(fig, pd.read_parquet(tmp_path / "sweep.parquet"))[0]["verdict"] == "undecided"
+    r = incast_cmd("figure", "sigcomm09-fig1", "--max-repeat", "40", timeout=120)
+    assert r.returncode == 2 and "at most 20" in r.stderr
+
+
+def test_an_undecided_paper_number_gets_more_runs_in_a_full_figure(tmp_path):
+    """A paper number whose interval straddles its band's edge after six runs gets runs
+    as an undecided claim does (10, then 20), in a full figure; a quick one leaves it."""
+    n = figure.PaperNumber(series="200us", x=16, value=600, source="s" * 41)
+    fig = figure.Figure(**FIG, paper_numbers=[n])
+    # band 400-900: six runs 380-700 straddle its lower edge
+    first = table([("200us", 16, g) for g in (380, 500, 520, 540, 560, 700)]).assign(
+        point_key=[f"k{i}" for i in range(6)])
+    first.to_parquet(tmp_path / "sweep.parquet")
+    assert judge.number_verdict(fig, first, n)["verdict"] == "undecided"
+    assert judge.undecided_points(fig, first) == []                       # claims only
+    assert judge.undecided_points(fig, first, numbers=True) == [("200us", 16.0)]
+    assert judge.undecided_points(fig, first.iloc[:3], numbers=True) == []    # too few runs to be a look
+    asked = []
+
+    class Done:
+        def __init__(self, final):
+            self.final = final
+
+    def run_more(points, grid, repeat, out):
+        asked.append(repeat)
+        out.mkdir(parents=True)
+        new = table([("200us", 16, 550.0)] * (repeat - 6)).assign(point_key=[f"n{i}" for i in range(repeat - 6)])
+        pd.concat([first, new]).to_parquet(out / "sweep.parquet")
+        return Done(out)
+    args = (fig, tmp_path, {}, {}, {"senders": ["16"], "rto_min": ["200us"]}, 6, 20, run_more)
+    assert make.decide(*args) == 6 and asked == []                        # numbers=False: nothing
+    assert make.decide(*args, numbers=True) == 10 and asked == [10]
+    t = pd.read_parquet(tmp_path / "sweep.parquet")
+    assert len(t) == 10 and judge.number_verdict(fig, t, n)["verdict"] == "agrees"
+
+
 def test_a_gap_between_two_measured_series_is_judged_run_against_run():
     fig = figure.Figure(**FIG, claims=[{"text": "gap", "series": "200ms", "at": 16,
                                          "below_series": "200us", "margin_mbps": 100}])

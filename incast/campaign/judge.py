@@ -213,9 +213,12 @@ def judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tup
     return "holds", detail, [], ""
 
 
-def undecided_points(fig: Figure, table: pd.DataFrame) -> list[tuple[str, float]]:
+def undecided_points(fig: Figure, table: pd.DataFrame, numbers: bool = False) -> list[tuple[str, float]]:
     """(series, x) of every point that leaves a claim undecided: where more repetitions
-    decide it (for a gap between two series, both series' runs at that x)."""
+    decide it (for a gap between two series, both series' runs at that x); with numbers,
+    also every point whose paper number is undecided (number_verdict) after at least
+    the runs one look takes (a point the sweep has fewer runs of, as a quick sweep's,
+    is not what the number is judged on)."""
     limit = link_limit(table) * PAYLOAD_SHARE
     points = []
     for c in fig.claims:
@@ -226,6 +229,10 @@ def undecided_points(fig: Figure, table: pd.DataFrame) -> list[tuple[str, float]
             for s in filter(None, (c.series, c.below_series)):
                 if (s, x) not in points:
                     points.append((s, x))
+    for n in fig.paper_numbers if numbers else ():
+        v = number_verdict(fig, table, n)
+        if v["verdict"] == "undecided" and v["runs"] >= runs_to_decide() and (n.series, n.x) not in points:
+            points.append((n.series, float(n.x)))
     return points
 
 

@@ -29,7 +29,7 @@ from incast.campaign.figure import Figure, col, load, known, missing, plan
 from incast.campaign.judge import (PAYLOAD_SHARE, REPEAT_STEPS, comparison, judge, link_limit, point_means,
                                    point_stats, undecided_points)
 from incast.constants import REPO
-from incast.errors import MissingFeature
+from incast.errors import BadInput, MissingFeature
 from incast.registry import DATAPLANES
 from incast.report import wren_model
 from incast.run import calibrate, points as run_points, sweep
@@ -142,8 +142,9 @@ MAX_REPEAT = 20
 
 
 def decide(fig: Figure, final: Path, data: dict, overrides: dict, grid: dict, repeat: int,
-           max_repeat: int, run_more, log=lambda m: None) -> int:
-    """More runs where a claim is undecided: the points that leave one undecided get 6,
+           max_repeat: int, run_more, log=lambda m: None, numbers: bool = False) -> int:
+    """More runs where a claim is undecided (with numbers, a paper number too: a full
+    figure's): the points that leave one undecided get 6,
     then 10, then 20 runs (up to max_repeat), each its own seed, until every claim is
     decided; their runs join the figure's table (final/sweep.parquet). run_more(points,
     grid, repeat, out) runs a sweep (incast.run.sweep.run_sweep); the runs a point
@@ -151,12 +152,13 @@ def decide(fig: Figure, final: Path, data: dict, overrides: dict, grid: dict, re
     reached."""
     table = pd.read_parquet(final / "sweep.parquet")
     current = repeat
+    # No look past the last designed one: the judge's 90% is stated for REPEAT_STEPS.
+    max_repeat = min(max_repeat, REPEAT_STEPS[-1])
     while current < max_repeat:
-        todo = undecided_points(fig, table)
+        todo = undecided_points(fig, table, numbers)
         if not todo:
             break
-        current = next((r for r in REPEAT_STEPS if r > current), max_repeat)
-        current = min(current, max_repeat)
+        current = min(next((r for r in REPEAT_STEPS if r > current), max_repeat), max_repeat)
         log(f"undecided: {', '.join(f'{s} at {x:g}' for s, x in todo)}; {current} runs each")
         points = []
         for series, x in todo:
@@ -184,6 +186,9 @@ def cmd_figure(args) -> int:
             print(f"{name:22} {fig.paper}, {fig.figure} ({state})")
         return 0
     fig = load(args.name)
+    if args.max_repeat > REPEAT_STEPS[-1]:
+        raise BadInput(f"--max-repeat: at most {REPEAT_STEPS[-1]}: the judge's 90% is stated for its looks "
+                       f"at {', '.join(map(str, REPEAT_STEPS))} runs, not for one more")
     why = missing(fig)
     if why:
         raise MissingFeature(f"figure {fig.name}: " + "; ".join(why))
@@ -211,7 +216,7 @@ def cmd_figure(args) -> int:
                progress=sweep.runs_bar,
                jobs=args.jobs, executor=args.executor, force_jobs=args.force_jobs,
                batch=getattr(args, "batch", None), fresh=args.fresh),
-           log=lambda m: print(m, file=sys.stderr))
+           log=lambda m: print(m, file=sys.stderr), numbers=not args.quick)
     r = report(fig, result.final, args.quick)
     comp = pd.read_csv(result.final / "comparison.csv")
     if args.json:
