@@ -52,6 +52,29 @@ def test_deciding_points_are_where_the_kept_verdict_is_nearest_its_bound():
     assert d == {("200ms", 8.0): (0,), ("200us", 16.0): (1, 2), ("200ms", 16.0): (2,)}
 
 
+def test_an_onset_claim_is_decided_on_each_curve_where_its_onset_is_fixed():
+    """An onset claim's deciding points: on each curve, of its last point above the
+    onset's bound and its first from which every point is below, the one nearer the
+    bound; fresh runs there are judged against that bound. A some claim's: of the points
+    that give its verdict, the one nearest its bound."""
+    fig = figure.Figure(paper="P", figure="F", caption="c", sweep="s.toml", series="rto_min", claims=[
+        {"text": "onset", "series": "64KiB", "onset_at_least": 2, "onset_of": "32KiB", "onset_below": 0.1},
+        {"text": "up to", "series": "64KiB", "from": 1, "some": True, "below": 0.1}])
+    levels = {"32KiB": {1: 940, 2: 900, 4: 60, 8: 30}, "64KiB": {1: 940, 2: 930, 4: 120, 8: 80, 16: 20}}
+    levels["32KiB"][16] = 20
+    rows = [(s, x, g + i) for s, lv in levels.items() for x, g in lv.items() for i in range(6)]
+    t = table(rows)
+    assert judge.judge(fig, t)[0]["verdict"] == "holds"
+    d = {(p.series, p.x): p.claims for p in check.deciding_points(fig, t)}
+    # 32 KiB: 2 (900) and 4 (60): 4 nearer 94.1; 64 KiB: 4 (120) and 8 (80): 8, with the
+    # some claim (held at 8 and 16; 8 nearest)
+    assert d == {("64KiB", 8.0): (0, 1), ("32KiB", 4.0): (0,)}
+    # fresh runs at 32 KiB's 4 above the bound: that point turns
+    pc = check.judge_point(fig, t, table([("32KiB", 4, 300.0 + i) for i in range(20)]),
+                           check.Deciding("32KiB", 4.0, (0,)), final=True)
+    assert pc.states[0] == ("holds", "does not hold") and pc.outcome == "disagrees", pc.line()
+
+
 def look(kept, fresh, final, fig=FIG, claim=0):
     series = fig.claims[claim].series
     d = check.Deciding(series, 16.0, (claim,))

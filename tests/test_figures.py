@@ -25,7 +25,8 @@ def test_every_figure_names_what_its_sweep_runs(name):
         series = {str(v) for v in grid[fig.series]}
         for c in fig.claims:
             assert c.series in series and (c.below_series is None or c.below_series in series), c.text
-            if not quick:   # the full grid reaches every claim's points (the quick one need not)
+            assert c.onset_of is None or c.onset_of in series, c.text
+            if not quick and not c.onset:   # the full grid reaches every claim's points (the quick one need not)
                 xs = [float(x) for x in grid[fig.x]]
                 assert (float(c.at) in xs) if c.at is not None else max(xs) >= float(c.from_), c.text
         for n in fig.paper_numbers:
@@ -126,6 +127,120 @@ def test_many_runs_decide_what_a_few_leave_open():
     v = judge.judge(fig, table(rows))[0]
     assert v["verdict"] == "undecided" and "10 of 20 runs hold" in v["detail"], v
     assert judge.undecided_points(fig, table(rows)) == [("200us", 16.0)]
+
+
+ONSET = {"text": "twice the buffer, twice the servers", "series": "64KiB", "onset_at_least": 2,
+         "onset_of": "32KiB", "onset_below": 0.1}
+TENTH = 0.1 * 1000 * judge.PAYLOAD_SHARE          # 94.1 Mbit/s
+
+
+def curve(series, levels, n=6):
+    """Six runs a count, spread a little around each count's level."""
+    return [(series, x, g + i) for x, g in levels.items() for i in range(n)]
+
+
+SMALL = curve("32KiB", {1: 940, 2: 900, 3: 600, 4: 60, 6: 50, 8: 40, 12: 30, 16: 20})
+
+
+def test_an_onset_claim_compares_the_counts_from_which_each_curve_has_collapsed():
+    """The onset of a curve is the smallest count from which every point is below the
+    stated fraction of the payload limit (here a tenth), each point counted only where
+    the interval of its median decides it: 32 KiB collapses from 4 servers on, so the
+    claim holds where 64 KiB does from 8 on or later, and fails where it does at 6."""
+    fig = figure.Figure(**FIG, claims=[ONSET])
+    big = {1: 940, 2: 930, 3: 920, 4: 900, 6: 500, 8: 80, 12: 60, 16: 50}
+    v = judge.judge(fig, table(SMALL + curve("64KiB", big)))[0]
+    assert v["verdict"] == "holds", v
+    assert v["detail"].startswith("onset (every point from it on below 94.1) of 64KiB 8, of 32KiB 4, vs at least 2 x")
+    # a point above the bound after the first collapse moves the onset on: 12, not 8
+    v = judge.judge(fig, table(SMALL + curve("64KiB", {**big, 8: 80, 12: 200})))[0]
+    assert v["verdict"] == "holds" and "of 64KiB 16," in v["detail"], v
+    v = judge.judge(fig, table(SMALL + curve("64KiB", {**big, 6: 80})))[0]
+    assert v["verdict"] == "does not hold" and "of 64KiB 6, of 32KiB 4" in v["detail"], v
+    assert judge.undecided_points(fig, table(SMALL + curve("64KiB", {**big, 6: 80}))) == []
+    # a curve that never collapses on the grid: its onset is past 16, at least twice 4
+    v = judge.judge(fig, table(SMALL + curve("64KiB", {**big, 8: 400, 12: 300, 16: 200})))[0]
+    assert v["verdict"] == "holds" and "of 64KiB none up to 16" in v["detail"], v
+    # neither collapses: the grid cannot tell the onsets apart
+    flat = {x: 900 for x in big}
+    v = judge.judge(fig, table(curve("32KiB", flat) + curve("64KiB", flat)))[0]
+    assert v["verdict"] == "not testable" and v["why"] == judge.UNREACHED, v
+
+
+def test_an_onset_a_point_leaves_open_leaves_the_claim_undecided_and_gets_runs_there():
+    """A point whose runs straddle the bound may be collapsed or not: where the onsets it
+    allows (6 or 8 for 64 KiB) fall on both sides of twice 32 KiB's (8), the claim is
+    undecided, and that point, not one before the curve's last point decided above the
+    bound, is where incast figure adds runs."""
+    fig = figure.Figure(**FIG, claims=[ONSET])
+    straddle = [("64KiB", 6, g) for g in (60, 70, 80, 110, 120, 130)]
+    also = [("64KiB", 2, g) for g in (60, 70, 80, 910, 920, 930)]         # before 4, decided above
+    big = curve("64KiB", {1: 940, 3: 920, 4: 900, 8: 80, 12: 60, 16: 50}) + straddle + also
+    t = table(SMALL + big)
+    v = judge.judge(fig, t)[0]
+    assert v["verdict"] == "undecided" and "of 64KiB 6 or 8, of 32KiB 4" in v["detail"], v
+    assert "64KiB at 6: the median's interval 60.0-130.0" in v["detail"], v
+    assert judge.undecided_points(fig, t) == [("64KiB", 6.0)]
+    # the same straddling point where both onsets it allows are at least twice 4: decided
+    fig3 = figure.Figure(**FIG, claims=[{**ONSET, "onset_at_least": 1.5}])
+    assert judge.judge(fig3, t)[0]["verdict"] == "holds"
+    # three runs a point decide nothing: every count of the curve is open
+    three = table(curve("32KiB", {1: 940, 2: 900, 3: 600, 4: 60}, n=3) + curve("64KiB", {1: 940, 2: 930, 3: 920,
+                                                                                          4: 80}, n=3))
+    v = judge.judge(fig, three)[0]
+    assert v["verdict"] == "undecided" and "too few runs to decide (6 needed)" in v["detail"], v
+    assert len(judge.undecided_points(fig, three)) == 8
+
+
+def test_the_onsets_a_curves_points_allow():
+    assert judge.onsets([(1, "fails"), (2, "fails"), (4, "holds"), (8, "holds")]) == [4]
+    assert judge.onsets([(1, "fails"), (2, "split"), (4, "holds")]) == [2, 4]
+    assert judge.onsets([(1, "holds"), (2, "fails"), (4, "holds")]) == [4]
+    assert judge.onsets([(1, "holds"), (2, "holds")]) == [1]
+    assert judge.onsets([(1, "fails"), (2, "fails")]) == [float("inf")]
+    assert judge.onsets([(1, "fails"), (2, "split")]) == [2, float("inf")]
+    inf = float("inf")
+    assert judge.onset_at_least(8, 4, 2, 16) is True and judge.onset_at_least(6, 4, 2, 16) is False
+    assert judge.onset_at_least(inf, 4, 2, 16) is True and judge.onset_at_least(inf, 12, 2, 16) is None
+    assert judge.onset_at_least(4, inf, 2, 16) is False and judge.onset_at_least(inf, inf, 2, 16) is None
+
+
+def test_a_some_claim_holds_where_one_of_its_points_holds():
+    """'Up to an order of magnitude': the curve at its deepest, one point from `from` on
+    decided below the bound; it does not hold where every one is decided above."""
+    fig = figure.Figure(**FIG, claims=[{"text": "up to", "series": "8", "from": 1, "some": True, "below": 0.1}])
+    t = table(curve("8", {1: 900, 8: 60, 16: 120, 32: 130}))
+    v = judge.judge(fig, t)[0]
+    assert v["verdict"] == "holds" and v["detail"].endswith("(holds at 8)"), v
+    v = judge.judge(fig, table(curve("8", {1: 900, 8: 100, 16: 120})))[0]
+    assert v["verdict"] == "does not hold" and v["detail"].endswith("(no point holds)"), v
+    straddle = [("8", 8, g) for g in (60, 70, 80, 110, 120, 130)]
+    t = table(curve("8", {1: 900, 16: 120}) + straddle)
+    v = judge.judge(fig, t)[0]
+    assert v["verdict"] == "undecided" and judge.undecided_points(fig, t) == [("8", 8.0)], v
+
+
+@pytest.mark.parametrize("claim,message", [
+    ({"at": 8, "below": 0.5, "above": 0.8}, "exactly one of below, above, below_series, onset_at_least "
+                                            "\\(it gives below, above\\)"),
+    ({"at": 8}, "exactly one of below, above, below_series, onset_at_least \\[type"),
+    ({"at": 8, "from": 1, "below": 0.5}, "exactly one of at, from"),
+    ({"below": 0.5}, "exactly one of at, from"),
+    ({"at": 8, "below": 0.5, "some": True}, "some goes with from"),
+    ({"at": 8, "below": 0.5, "onset_below": 0.1}, "onset_of and onset_below belong to an onset claim"),
+    ({"onset_at_least": 2, "onset_of": "b"}, "needs onset_of, the series compared with, and onset_below"),
+    ({"onset_at_least": 2, "onset_below": 0.1}, "needs onset_of"),
+    ({"onset_at_least": 2, "onset_of": "a", "onset_below": 0.1}, "onset_of is the claim's own series"),
+    ({"onset_at_least": 2, "onset_of": "b", "onset_below": 10}, "between 0 and 1"),
+    ({"onset_at_least": 0, "onset_of": "b", "onset_below": 0.1}, "a factor above 0"),
+    ({"onset_at_least": 2, "onset_of": "b", "onset_below": 0.1, "from": 4, "some": True},
+     "judged on the whole curve: no from, some"),
+    ({"onset_at_least": 2, "onset_of": "b", "onset_below": 0.1, "below": 0.5}, "exactly one of"),
+])
+def test_a_claim_gives_exactly_one_check(claim, message):
+    from pydantic import ValidationError
+    with pytest.raises(ValidationError, match=message):
+        figure.Claim(text="c", series="a", **claim)
 
 
 def test_the_median_interval_is_the_distribution_free_one():

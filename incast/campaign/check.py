@@ -3,8 +3,11 @@
 A figure's kept result (docs/figure-results/NAME) stays current while fresh runs of
 today's code agree with it where its claims are decided. For each claim, its deciding
 point is the one of its points, among those that give the claim its kept verdict, whose
-median lies nearest the claim's bound (for a gap between two curves: both curves there):
-the point a change in behaviour moves across the bound first. At every deciding point:
+median lies nearest the claim's bound (for a gap between two curves: both curves there;
+for an onset claim, one on each of its curves: of the two points that fix the curve's
+onset, the last decided not below the onset's bound and the first from which every
+point is decided below it, the one nearest that bound): the point a change in behaviour
+moves across the bound first. At every deciding point:
 
 1. six fresh runs (seeds of their own, SEED_OFFSET past any kept run's), compared with
    the kept runs there by the exact two-sided Mann-Whitney rank-sum test, and judged by
@@ -102,30 +105,53 @@ class FigureCheck:
                 + f"\nmake it again: {REMAKE.format(name=self.figure)}")
 
 
-def at_point(c: figure.Claim, x: float) -> figure.Claim:
-    """The claim as judged at one of its points."""
-    return c.model_copy(update={"at": x, "from_": None})
+def at_point(c: figure.Claim, x: float, series: str | None = None) -> figure.Claim:
+    """The claim as judged at one of its points (an onset claim: `series` against the
+    onset's bound there)."""
+    return c.point(x, series)
 
 
-def _margin(fig: figure.Figure, table: pd.DataFrame, c: figure.Claim, x: float, limit: float) -> float:
+def _margin(fig: figure.Figure, table: pd.DataFrame, c: figure.Claim, x: float, limit: float,
+            series: str | None = None) -> float:
     """How far the point's median is from the claim's bound, in Mbit/s (the gap's median
     from the margin for a gap between two curves)."""
     med = judge.point_means(fig, table, c.metric)
-    v = med.at[x, c.series]
+    v = med.at[x, series or c.series]
     if c.below_series is not None:
         return abs(float(med.at[x, c.below_series] - v) - c.margin_mbps)
-    return abs(float(v) - (c.below if c.below is not None else c.above) * limit)
+    bound = c.onset_below if c.onset else c.below if c.below is not None else c.above
+    return abs(float(v) - bound * limit)
+
+
+def onset_points(fig: figure.Figure, table: pd.DataFrame, c: figure.Claim, series: str, xs: list[float],
+                 limit: float) -> list[float]:
+    """The points that fix a curve's onset in the kept table: its last point decided not
+    below the onset's bound and the first from which every point is decided below it
+    (one of them where the curve is below from its first point, or never below)."""
+    states = [(x, judge.judge_claim(fig, table, c.point(x, series), limit)[0]) for x in xs]
+    above = [x for x, st in states if st == "does not hold"]
+    below = [x for i, (x, _) in enumerate(states) if all(st == "holds" for _, st in states[i:])]
+    return [x for x in (above[-1] if above else None, below[0] if below else None) if x is not None]
 
 
 def deciding_points(fig: figure.Figure, table: pd.DataFrame) -> list[Deciding]:
     """Each claim's deciding point in the kept table (module docstring), merged where
-    claims share one; a claim the kept table cannot test has none."""
+    claims share one; a claim the kept table cannot test has none. An onset claim has
+    one on each of its two curves: of the points that fix the curve's onset
+    (onset_points), the one nearest the onset's bound."""
     limit = judge.link_limit(table) * judge.PAYLOAD_SHARE
     xs_all = sorted({float(x) for x in table[figure.col(fig.x)].dropna()})
     found: dict[tuple[str, float], list[int]] = {}
     for i, c in enumerate(fig.claims):
         verdict = judge.judge_claim(fig, table, c, limit)[0]
         if verdict == "not testable":
+            continue
+        if c.onset:
+            for s in (c.series, c.onset_of):
+                mine = onset_points(fig, table, c, s, xs_all, limit)
+                if mine:
+                    x = min(mine, key=lambda x: (_margin(fig, table, c, x, limit, s), x))
+                    found.setdefault((str(s), x), []).append(i)
             continue
         xs = [x for x in xs_all if (x == c.at if c.at is not None else x >= c.from_)]
         states = {x: judge.judge_claim(fig, table, at_point(c, x), limit)[0] for x in xs}
@@ -156,7 +182,7 @@ def judge_point(fig: figure.Figure, kept_table: pd.DataFrame, fresh: pd.DataFram
         return pc
     limit = judge.link_limit(kept_table) * judge.PAYLOAD_SHARE
     for i in d.claims:
-        c = at_point(fig.claims[i], d.x)
+        c = at_point(fig.claims[i], d.x, d.series)
         pc.states[i] = (judge.judge_claim(fig, kept_table, c, limit)[0], judge.judge_claim(fig, fresh, c, limit)[0])
     turned = [i for i, (a, b) in pc.states.items() if opposite(a, b)]
     pc.outcome, pc.why = decide(pc.p, turned, final)

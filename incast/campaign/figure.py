@@ -42,26 +42,79 @@ class PaperNumber(_Model):
 
 
 class Claim(_Model):
+    """One of the paper's claims as a check on the sweep table (incast.campaign.judge).
+
+    Exactly one kind of check: a point below or above a fraction of the payload limit
+    (below, above), a point below another curve by a margin (below_series,
+    margin_mbps), each at one x (at) or at every x from one on (from; with some, at one
+    of them at least); or the onsets of two curves compared (onset_at_least)."""
     text: str
     series: str
     at: float | None = None
     from_: float | None = Field(None, alias="from")
+    some: bool = Field(False, description="with from: the claim holds where one of its points holds (a paper's "
+                                          "'up to': the curve at its deepest), not where every one does")
     metric: str = "goodput_mbps"
     below: float | None = Field(None, description="fraction of the payload limit")
     above: float | None = Field(None, description="fraction of the payload limit")
     below_series: str | None = None
     margin_mbps: float = 0.0
+    onset_at_least: float | None = Field(
+        None, description="an onset claim: the series' onset (the smallest x from which every point is below "
+                          "onset_below of the payload limit) is at least this many times onset_of's")
+    onset_of: str | None = Field(None, description="an onset claim: the series whose onset it is compared with")
+    onset_below: float | None = Field(
+        None, description="an onset claim: the fraction of the payload limit below which a point counts as "
+                          "collapsed (the paper's words for its collapse, said in the figure file)")
     divergence: str | None = Field(
         None, description="the claim does not reproduce here: why, the numbers, what was tried (its test "
                           "is a strict xfail, so the day it holds the suite says so)")
 
+    @property
+    def onset(self) -> bool:
+        return self.onset_at_least is not None
+
     @model_validator(mode="after")
     def _one_check(self):
-        if sum(v is not None for v in (self.below, self.above, self.below_series)) != 1:
-            raise ValueError(f"claim {self.text!r}: give exactly one of below, above, below_series")
+        kinds = {"below": self.below, "above": self.above, "below_series": self.below_series,
+                 "onset_at_least": self.onset_at_least}
+        given = [k for k, v in kinds.items() if v is not None]
+        if len(given) != 1:
+            raise ValueError(f"claim {self.text!r}: give exactly one of below, above, below_series, onset_at_least"
+                             + (f" (it gives {', '.join(given)})" if given else ""))
+        if self.onset:
+            if self.onset_of is None or self.onset_below is None:
+                raise ValueError(f"claim {self.text!r}: an onset claim (onset_at_least) needs onset_of, the "
+                                 "series compared with, and onset_below, the fraction of the payload limit "
+                                 "below which a point counts as collapsed")
+            if self.onset_of == self.series:
+                raise ValueError(f"claim {self.text!r}: onset_of is the claim's own series")
+            if not self.onset_at_least > 0 or not 0 < self.onset_below < 1:
+                raise ValueError(f"claim {self.text!r}: onset_at_least is a factor above 0 and onset_below a "
+                                 "fraction of the payload limit between 0 and 1")
+            extra = [k for k, v in (("at", self.at), ("from", self.from_), ("margin_mbps", self.margin_mbps or None),
+                                    ("some", self.some or None)) if v is not None]
+            if extra:
+                raise ValueError(f"claim {self.text!r}: an onset claim is judged on the whole curve: "
+                                 f"no {', '.join(extra)}")
+            return self
+        if self.onset_of is not None or self.onset_below is not None:
+            raise ValueError(f"claim {self.text!r}: onset_of and onset_below belong to an onset claim "
+                             "(onset_at_least)")
         if (self.at is None) == (self.from_ is None):
             raise ValueError(f"claim {self.text!r}: give exactly one of at, from")
+        if self.some and self.from_ is None:
+            raise ValueError(f"claim {self.text!r}: some goes with from (a claim at one point holds where "
+                             "that point does)")
         return self
+
+    def point(self, x: float, series: str | None = None) -> "Claim":
+        """The claim as judged at one of its points: a point claim at x (for an onset
+        claim, `series` below the onset's fraction there)."""
+        if self.onset:
+            return Claim(text=self.text, series=series or self.series, at=x, metric=self.metric,
+                         below=self.onset_below)
+        return self.model_copy(update={"at": x, "from_": None, "some": False})
 
 
 class Figure(_Model):

@@ -1,10 +1,12 @@
 """The judge: a claim's verdict on a sweep table, and the statistics it rests on.
 
 A claim is one comparison on the median of the faithful repetitions of one grid point
-(or of every point from ``from`` on): ``below``/``above`` a fraction of the payload
-limit (1448/1538 of the link), or ``below_series`` another curve by at least
-``margin_mbps``. A point decides where the distribution-free interval of its median (or
-of the gap between two curves) lies on one side of the bound.
+(or of every point from ``from`` on, or, with ``some``, of one of them at least):
+``below``/``above`` a fraction of the payload limit (1448/1538 of the link), or
+``below_series`` another curve by at least ``margin_mbps``; or the onsets of two curves
+compared (``onset_at_least``: the x from which each is below a fraction of the payload
+limit). A point decides where the distribution-free interval of its median (or of the
+gap between two curves) lies on one side of the bound.
 """
 from __future__ import annotations
 
@@ -137,34 +139,54 @@ def point_verdict(runs: list[float], bound) -> str:
     return "split"
 
 
+def _spread(fig: Figure, table: pd.DataFrame, series: str, x, metric: str) -> str:
+    """One point's median [min-max, n] and how many of its runs were left out."""
+    runs = faithful_values(fig, table, series, x, metric)
+    bad, total = _unfaithful(fig, table, series, x)
+    left_out = f" ({bad} of {total} not faithful, left out)" if bad else ""
+    return f"{np.median(runs):.1f} [{min(runs):.1f}-{max(runs):.1f}, n={len(runs)}]{left_out}"
+
+
+def _untestable(fig: Figure, table: pd.DataFrame, med: pd.DataFrame, series: str, x) -> tuple | None:
+    """(verdict, detail, points, why) where the point has no faithful finished run."""
+    bad, runs = _unfaithful(fig, table, series, x)
+    missing = series not in med.columns or x not in med.index or pd.isna(med.at[x, series])
+    if bad and missing:
+        return "not testable", f"{x:g} ({series}): {bad} of {runs} runs not faithful", [], NOT_FAITHFUL
+    if missing:
+        return "not testable", f"{x:g}: no run of {series} finished", [], UNFINISHED
+    return None
+
+
 def judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tuple[str, str, list, str]:
-    """Each of the claim's points holds, fails or is split (incast.campaign.figure.
-    point_verdict); the claim does not hold where any point fails, is undecided where
-    none fails but some is split (the next repetitions could land on either side), and
-    holds where every point holds. Returns (verdict, detail, the split points' x, why a
+    """Each of the claim's points holds, fails or is split (point_verdict); the claim
+    does not hold where any point fails, is undecided where none fails but some is split
+    (the next repetitions could land on either side), and holds where every point holds
+    (with `some`: holds where any point holds, does not hold where every point fails,
+    and is undecided otherwise). An onset claim is judge_onset's. Returns (verdict,
+    detail, the (series, x) points whose runs would decide an undecided claim, why a
     claim is not testable: UNREACHED, NOT_FAITHFUL, UNFINISHED, or "")."""
     med = point_means(fig, table, c.metric)
-    lo, hi = point_stats(fig, table, c.metric, "min"), point_stats(fig, table, c.metric, "max")
-    n = point_stats(fig, table, c.metric, "count")
     every = {x for x in table[col(fig.x)].dropna()} if col(fig.x) in table else set()
+    present = {str(s) for s in table.get(col(fig.series), pd.Series(dtype=str)).unique()}
+    for s in ((c.series, c.onset_of) if c.onset else (c.series,)):
+        if str(s) not in present:
+            return "not testable", f"no {fig.series} = {s} in the sweep", [], UNREACHED
+    if c.onset:
+        return judge_onset(fig, table, c, limit, sorted(every), med)
     xs = sorted(x for x in every if (x == c.at if c.at is not None else x >= c.from_))
-    if str(c.series) not in {str(s) for s in table.get(col(fig.series), pd.Series(dtype=str)).unique()}:
-        return "not testable", f"no {fig.series} = {c.series} in the sweep", [], UNREACHED
     if not xs:
         return ("not testable", f"no {fig.x} {'= ' + str(c.at) if c.at is not None else '>= ' + str(c.from_)} "
                 "in the sweep", [], UNREACHED)
-    parts, failed, split, split_xs = [], [], [], []
+    parts, failed, held, split, split_xs = [], [], [], [], []
     for x in xs:
         for s in filter(None, (c.series, c.below_series)):
             bad, runs = _unfaithful(fig, table, s, x)
             if bad and (s not in med.columns or x not in med.index or pd.isna(med.at[x, s])):
                 return "not testable", f"{x:g} ({s}): {bad} of {runs} runs not faithful", [], NOT_FAITHFUL
-        if c.series not in med.columns or x not in med.index or pd.isna(med.at[x, c.series]):
-            return "not testable", f"{x:g}: no run of {c.series} finished", [], UNFINISHED
-        v = med.at[x, c.series]
-        spread = f" [{lo.at[x, c.series]:.1f}-{hi.at[x, c.series]:.1f}, n={int(n.at[x, c.series])}]"
-        bad, runs = _unfaithful(fig, table, c.series, x)
-        left_out = f" ({bad} of {runs} not faithful, left out)" if bad else ""
+        gone = _untestable(fig, table, med, c.series, x)
+        if gone:
+            return gone
         runs = faithful_values(fig, table, c.series, x, c.metric)
         if c.below_series is None:
             if c.below is not None:
@@ -173,9 +195,9 @@ def judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tup
                 bound, text = (lambda g: g > c.above * limit), f"> {c.above * limit:.1f}"
             state = point_verdict(runs, bound)
             if state == "split":
-                held = sum(bool(bound(g)) for g in runs)
+                n_held = sum(bool(bound(g)) for g in runs)
                 m_lo, m_hi = median_interval(runs)
-                split.append(f"{x:g}: {held} of {len(runs)} runs hold, " + (
+                split.append(f"{x:g}: {n_held} of {len(runs)} runs hold, " + (
                     f"too few to decide ({runs_to_decide()} needed)"
                     if len(runs) < runs_to_decide() else f"the median's interval {m_lo:.1f}-{m_hi:.1f}"))
         else:
@@ -203,32 +225,121 @@ def judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tup
             failed.append(f"{x:g}")
         elif state == "split":
             split_xs.append(x)
-        parts.append(f"{x:g}: {v:.1f}{spread}{left_out} vs {text}")
+        else:
+            held.append(f"{x:g}")
+        parts.append(f"{x:g}: {_spread(fig, table, c.series, x, c.metric)} vs {text}")
     detail = "; ".join(parts)
+    points = [(s, x) for x in split_xs for s in filter(None, (c.series, c.below_series))]
+    if c.some:
+        if held:
+            return "holds", f"{detail} (holds at {', '.join(held)})", [], ""
+        if split:
+            return "undecided", f"{detail} (no point holds yet, the runs disagree: {'; '.join(split)})", points, ""
+        return "does not hold", f"{detail} (no point holds)", [], ""
     if failed:
         more = f" (undecided elsewhere: {'; '.join(split)})" if split else ""
-        return "does not hold", f"{detail}{more}", split_xs, ""
+        return "does not hold", f"{detail}{more}", points, ""
     if split:
-        return "undecided", f"{detail} (the runs disagree: {'; '.join(split)})", split_xs, ""
+        return "undecided", f"{detail} (the runs disagree: {'; '.join(split)})", points, ""
     return "holds", detail, [], ""
+
+
+def onsets(states: list[tuple[float, str]]) -> list[float]:
+    """The onsets a curve's points allow, given each point's state against the onset's
+    bound in order of x (holds: below it, fails: not below it, split: undecided): every
+    x from which no point is decided not below, the point before it not decided below;
+    inf where the last point may be not below (no onset up to the grid's last x)."""
+    out = []
+    for i, (x, _) in enumerate(states):
+        if all(st != "fails" for _, st in states[i:]) and (i == 0 or states[i - 1][1] != "holds"):
+            out.append(x)
+    if not states or states[-1][1] != "holds":
+        out.append(float("inf"))
+    return out
+
+
+def onset_at_least(a: float, b: float, factor: float, last: float) -> bool | None:
+    """Whether onset a is at least factor times onset b (onsets as onsets() gives them;
+    inf: past the grid's last x), or None where the grid does not reach far enough to say."""
+    inf = float("inf")
+    if a != inf and b != inf:
+        return a >= factor * b
+    if a == inf and b != inf:
+        return True if last >= factor * b else None
+    if a != inf:
+        return False if a <= factor * last else None
+    return None
+
+
+def judge_onset(fig: Figure, table: pd.DataFrame, c: Claim, limit: float, xs: list, med: pd.DataFrame
+                ) -> tuple[str, str, list, str]:
+    """An onset claim: the onset of a curve is the smallest x from which every point is
+    below onset_below of the payload limit, each point counted below or not below only
+    where the interval of its median decides it (point_verdict), so that an onset can be
+    undecided (onsets()); onsets are counts of the grid, as fine as the grid. The claim
+    holds where every onset its points allow for the series is at least onset_at_least
+    times every one they allow for onset_of, does not hold where none is, and is
+    undecided otherwise: the undecided points from each curve's last point decided not
+    below are the ones whose runs would decide it."""
+    if not xs:
+        return "not testable", f"no {fig.x} in the sweep", [], UNREACHED
+    bound_v = c.onset_below * limit
+
+    def bound(g):
+        return g < bound_v
+    allowed, parts, split, points = {}, [], [], []
+    for s in (c.series, c.onset_of):
+        states, texts = [], []
+        for x in xs:
+            gone = _untestable(fig, table, med, s, x)
+            if gone:
+                return gone
+            runs = faithful_values(fig, table, s, x, c.metric)
+            state = point_verdict(runs, bound)
+            states.append((x, state))
+            texts.append(f"{x:g}: {_spread(fig, table, s, x, c.metric)}" + (" (undecided)" if state == "split" else ""))
+            if state == "split":
+                m_lo, m_hi = median_interval(runs)
+                split.append(f"{s} at {x:g}: " + (f"too few runs to decide ({runs_to_decide()} needed)"
+                                                    if len(runs) < runs_to_decide()
+                                                    else f"the median's interval {m_lo:.1f}-{m_hi:.1f}"))
+        above = [x for x, st in states if st == "fails"]
+        points += [(s, x) for x, st in states if st == "split" and (not above or x > above[-1])]
+        allowed[s] = onsets(states)
+        parts.append(f"{s}: " + "; ".join(texts))
+    last = xs[-1]
+
+    def say(found):
+        return " or ".join(f"{x:g}" if x != float("inf") else f"none up to {last:g}" for x in found)
+    a, b = allowed[c.series], allowed[c.onset_of]
+    results = {onset_at_least(x, y, c.onset_at_least, last) for x in a for y in b}
+    detail = (f"onset (every point from it on below {bound_v:.1f}) of {c.series} {say(a)}, of {c.onset_of} {say(b)}, "
+              f"vs at least {c.onset_at_least:g} x; " + "; ".join(parts))
+    if results == {True}:
+        return "holds", detail, [], ""
+    if results == {False}:
+        return "does not hold", detail, [], ""
+    if (True in results and False in results) or points:
+        return "undecided", f"{detail} (the runs disagree: {'; '.join(split)})", points, ""
+    return "not testable", f"{detail} (the grid ends at {last:g}, short of telling the onsets apart)", [], UNREACHED
 
 
 def undecided_points(fig: Figure, table: pd.DataFrame, numbers: bool = False) -> list[tuple[str, float]]:
     """(series, x) of every point that leaves a claim undecided: where more repetitions
-    decide it (for a gap between two series, both series' runs at that x); with numbers,
-    also every point whose paper number is undecided (number_verdict) after at least
-    the runs one look takes (a point the sweep has fewer runs of, as a quick sweep's,
-    is not what the number is judged on)."""
+    decide it (for a gap between two series, both series' runs at that x; for an onset
+    claim, each curve's undecided points past its last point decided not below); with
+    numbers, also every point whose paper number is undecided (number_verdict) after at
+    least the runs one look takes (a point the sweep has fewer runs of, as a quick
+    sweep's, is not what the number is judged on)."""
     limit = link_limit(table) * PAYLOAD_SHARE
     points = []
     for c in fig.claims:
-        verdict, _, xs, _ = judge_claim(fig, table, c, limit)
+        verdict, _, found, _ = judge_claim(fig, table, c, limit)
         if verdict != "undecided":
             continue
-        for x in xs:
-            for s in filter(None, (c.series, c.below_series)):
-                if (s, x) not in points:
-                    points.append((s, x))
+        for s, x in found:
+            if (s, x) not in points:
+                points.append((s, x))
     for n in fig.paper_numbers if numbers else ():
         v = number_verdict(fig, table, n)
         if v["verdict"] == "undecided" and v["runs"] >= runs_to_decide() and (n.series, n.x) not in points:

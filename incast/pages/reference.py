@@ -392,7 +392,12 @@ def _needs(fig) -> str:
 
 
 def _claim_check(fig, c) -> str:
-    where = f"at {fig.x} = {c.at:g}" if c.at is not None else f"from {fig.x} = {c.from_:g} on"
+    metric = "" if c.metric == "goodput_mbps" else f" ({c.metric})"
+    if c.onset:
+        return (f"onset of `{c.series}` at least {c.onset_at_least:g} times that of `{c.onset_of}` (a curve's onset: "
+                f"the smallest {fig.x} from which it is below {c.onset_below:.0%} of the payload limit){metric}")
+    where = (f"at {fig.x} = {c.at:g}" if c.at is not None else
+             f"at some {fig.x} from {c.from_:g} on" if c.some else f"from {fig.x} = {c.from_:g} on")
     if c.below is not None:
         test = f"below {c.below:.0%} of the payload limit"
     elif c.above is not None:
@@ -401,7 +406,6 @@ def _claim_check(fig, c) -> str:
         m = c.margin_mbps
         test = (f"at most `{c.below_series}` less {m:g} Mbit/s" if m > 0 else
                 f"at most `{c.below_series}` plus {-m:g} Mbit/s" if m < 0 else f"at most `{c.below_series}`")
-    metric = "" if c.metric == "goodput_mbps" else f" ({c.metric})"
     return f"`{c.series}` {where}: {test}{metric}"
 
 
