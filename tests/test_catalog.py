@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from conftest import incast_cmd
-from incast.campaign import check, figure, kept
+from incast.campaign import check, figure, judge, kept
 from incast.pages import catalog
 
 
@@ -70,6 +70,19 @@ def test_a_figure_is_dated_by_its_settings_or_by_the_check(monkeypatch):
     assert catalog.dated([name]) == [(name, "today's code disagrees at 200us 47")]
     monkeypatch.setattr(kept, "stale", lambda fig, meta: "made with other settings (switch.buffer)")
     assert catalog.dated([name]) == [(name, "made with other settings (switch.buffer)")]
+
+
+def test_a_figure_whose_kept_result_leaves_a_claim_undecided_is_dated(monkeypatch):
+    """A claim rendered anew can need runs its kept result lacks: the figure is dated,
+    naming the points incast figure gives more runs, before any check runs."""
+    name = "sigcomm09-fig1"
+
+    def no_check(*a, **k):
+        raise AssertionError("no check for a figure already dated")
+    monkeypatch.setattr(check, "check_figure", no_check)
+    monkeypatch.setattr(figure, "missing", lambda fig: [])
+    monkeypatch.setattr(judge, "undecided_points", lambda fig, table, numbers=False: [("200us", 47.0), ("200ms", 8.0)])
+    assert catalog.dated([name]) == [(name, "undecided on the kept result at 200us 47, 200ms 8")]
 
 
 def test_a_kept_result_records_its_commit_command_time_and_machine(tmp_path, monkeypatch):

@@ -6,8 +6,10 @@
     incast catalog --dry-run        # say which, and why, and make nothing
 
 A figure is dated where its kept result is missing, made with settings the figure no
-longer has (incast.campaign.kept.stale), or where fresh runs of today's code
-disagree with it at its claims' deciding points (incast.campaign.check). Each one dated
+longer has (incast.campaign.kept.stale), leaves a claim or a paper number undecided
+(incast.campaign.judge.undecided_points: a claim rendered anew can need runs the kept
+result lacks), or where fresh runs of today's code disagree with it at its claims'
+deciding points (incast.campaign.check). Each one dated
 is made as `incast figure NAME --repeat 6` makes it (the full grid, six runs a point,
 more where a claim is undecided) into results/catalog-COMMIT/NAME, then kept: its
 sweep.parquet, sweep.json and figure.png copied into docs/figure-results/NAME, the
@@ -35,7 +37,7 @@ import pandas as pd
 from incast.constants import REPO
 from incast.errors import BadInput
 from incast.measure import calibration
-from incast.campaign import check, figure, kept, make
+from incast.campaign import check, figure, judge, kept, make
 from incast.pages import doc_tables, scoreboard
 from incast.run import points
 
@@ -89,6 +91,12 @@ def dated(names: list[str], run=None, say=lambda m: None) -> list[tuple[str, str
         why = kept.stale(fig, result[1])
         if why:
             out.append((name, why))
+            continue
+        # a claim (or paper number) the kept runs leave undecided, as a claim rendered
+        # anew can: incast figure gives those points their runs
+        todo = judge.undecided_points(fig, result[0], numbers=True)
+        if todo:
+            out.append((name, "undecided on the kept result at " + ", ".join(f"{s} {x:g}" for s, x in todo)))
             continue
         if figure.missing(fig):
             say(f"{name}: not checked here ({'; '.join(figure.missing(fig))})")
