@@ -89,12 +89,25 @@ def test_three_runs_on_one_side_decide_nothing():
     assert v["verdict"] == "does not hold", v
 
 
-def test_each_look_is_sure_enough_that_three_looks_are_90_percent_sure():
-    """incast figure may look at a point after 6, 10 and 20 runs and stops at the first
-    look that decides. Where the runs' median sits exactly on the bound every decision
-    is wrong; over the three looks that must happen at most one time in ten."""
-    import random
+def test_the_looks_exact_error_rates_add_up_to_at_most_ten_percent():
+    """The 10% is spent over the five looks: the first three at 1 - 0.1/3 each, the
+    later two share what the first three's exact error rates leave, for a median's
+    interval and for a gap's."""
+    assert judge.REPEAT_STEPS == (6, 10, 20, 40, 80)
     assert abs(judge.LOOK_CONFIDENCE - (1 - 0.1 / 3)) < 1e-12
+    for error in (lambda n: judge.median_error(n, judge.look_confidence(n)),
+                  lambda n: judge.shift_error(n, n, judge.look_confidence(n, gap=True))):
+        errors = [error(n) for n in judge.REPEAT_STEPS]
+        assert all(e <= 0.1 / 3 for e in errors[:3]), errors
+        assert sum(errors) <= 0.1, errors
+    assert 0.9 < judge.LATE_LOOK_CONFIDENCE < 1 and 0.9 < judge.LATE_LOOK_CONFIDENCE_GAP < 1
+
+
+def test_each_look_is_sure_enough_that_five_looks_are_90_percent_sure():
+    """incast figure may look at a point after 6, 10, 20, 40 and 80 runs and stops at the
+    first look that decides. Where the runs' median sits exactly on the bound every
+    decision is wrong; over the five looks that must happen at most one time in ten."""
+    import random
     rng = random.Random(7)
     wrong, trials = 0, 4000
     for _ in range(trials):
@@ -284,9 +297,9 @@ def test_undecided_claims_get_more_runs_until_decided(tmp_path):
 
 
 def test_no_look_is_taken_past_the_last_designed_one(tmp_path):
-    """The judge's 90% is stated for looks at 6, 10 and 20 runs: a claim still undecided
-    at 20 stays undecided (a fourth look at 40 would break the guarantee), whatever
-    max_repeat asks, and incast figure refuses a --max-repeat past 20."""
+    """The judge's 90% is stated for looks at 6, 10, 20, 40 and 80 runs: a claim still
+    undecided at 80 stays undecided (a sixth look would break the guarantee), whatever
+    max_repeat asks, and incast figure refuses a --max-repeat past 80."""
     fig = figure.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
     split = [700.0, 900.0]
     table([("200us", 16, split[i % 2]) for i in range(3)]).assign(
@@ -303,10 +316,10 @@ def test_no_look_is_taken_past_the_last_designed_one(tmp_path):
         table([("200us", 16, split[i % 2]) for i in range(repeat)]).assign(
             point_key=[f"k{i}" for i in range(repeat)]).to_parquet(out / "sweep.parquet")
         return Done(out)
-    assert make.decide(fig, tmp_path, {}, {}, {}, 3, 40, run_more) == 20 and asked == [6, 10, 20]
+    assert make.decide(fig, tmp_path, {}, {}, {}, 3, 160, run_more) == 80 and asked == [6, 10, 20, 40, 80]
     assert judge.judge(fig, pd.read_parquet(tmp_path / "sweep.parquet"))[0]["verdict"] == "undecided"
-    r = incast_cmd("figure", "sigcomm09-fig1", "--max-repeat", "40", timeout=120)
-    assert r.returncode == 2 and "at most 20" in r.stderr
+    r = incast_cmd("figure", "sigcomm09-fig1", "--max-repeat", "160", timeout=120)
+    assert r.returncode == 2 and "at most 80" in r.stderr
 
 
 def test_an_undecided_paper_number_gets_more_runs_in_a_full_figure(tmp_path):

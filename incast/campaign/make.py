@@ -138,7 +138,7 @@ def code_versions_at(commit: str) -> dict[str, str]:
 
 
 # Repetitions a point gets, step by step, while a claim it tests is undecided: REPEAT_STEPS.
-MAX_REPEAT = 20
+MAX_REPEAT = 80
 
 
 def decide(fig: Figure, final: Path, data: dict, overrides: dict, grid: dict, repeat: int,
