@@ -47,7 +47,7 @@ from incast.campaign import figure, judge, kept
 from incast.run import sweep
 
 FIRST_RUNS = 6          # judge.runs_to_decide(): the fewest runs that can decide a point
-SECOND_RUNS = 20        # the judge's last look (judge.REPEAT_STEPS)
+SECOND_RUNS = 20        # the judge's third look (judge.REPEAT_STEPS[2])
 SCREEN_ALPHA = 0.05     # below it the first look runs more
 ALPHA = 2e-4            # a point disagrees below it: at ~60 deciding points, <= 1.2 % a suite
 SEED_OFFSET = 1000      # fresh runs' seeds: base + SEED_OFFSET + r, apart from the kept runs'
