@@ -322,6 +322,22 @@ def test_no_look_is_taken_past_the_last_designed_one(tmp_path):
     assert r.returncode == 2 and "at most 80" in r.stderr
 
 
+def test_a_claim_may_be_declared_undecided_only_at_the_last_look():
+    """A claim whose point sits on its bound stays undecided after every designed look;
+    its figure may declare that (undecided), and the suite accepts it only where the
+    kept result's undecided points have the last look's 80 runs."""
+    fig = figure.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85,
+                                        "undecided": "on its bound"}])
+    on_bound = [700.0, 900.0]
+    at = {n: table([("200us", 16, on_bound[i % 2]) for i in range(n)]) for n in (40, 80)}
+    assert judge.judge(fig, at[80])[0]["verdict"] == "undecided"
+    assert judge.undecided_at_last_look(fig, at[80], fig.claims[0])
+    assert not judge.undecided_at_last_look(fig, at[40], fig.claims[0])        # 80 runs are designed for it
+    row = {"divergence": None, "undecided": "on its bound"}
+    assert declared({**row, "last_look": True}) == "undecided"
+    assert declared({**row, "last_look": False}) != "undecided"
+
+
 def test_an_undecided_paper_number_gets_more_runs_in_a_full_figure(tmp_path):
     """A paper number whose interval straddles its band's edge after six runs gets runs
     as an undecided claim does (10, then 20), in a full figure; a quick one leaves it."""
@@ -420,7 +436,11 @@ def scoreboard_rows() -> tuple[dict, ...]:
 
 
 def declared(row: dict) -> str:
-    """The verdict a claim's figure file declares: a declared divergence does not hold."""
+    """The verdict a claim's figure file declares: a declared divergence does not hold; a
+    claim declared undecided is so at the judge's last look (else: more runs, or the
+    declaration goes)."""
+    if row.get("undecided"):
+        return "undecided" if row.get("last_look") else "undecided at the last look"
     return "does not hold" if row["divergence"] else "holds"
 
 

@@ -69,6 +69,9 @@ class Claim(_Model):
     divergence: str | None = Field(
         None, description="the claim does not reproduce here: why, the numbers, what was tried (its test "
                           "is a strict xfail, so the day it holds the suite says so)")
+    undecided: str | None = Field(
+        None, description="the claim stays undecided at the judge's last look (80 runs at each point that "
+                          "leaves it so): why, the numbers; the suite holds that the kept result reached it")
 
     @property
     def onset(self) -> bool:
