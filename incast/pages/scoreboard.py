@@ -72,6 +72,7 @@ def number_rows() -> list[dict]:
             out.append({"figure": name, "paper": fig.paper, "index": i, "series": n.series, "x": n.x,
                         "x_name": fig.x, "metric": n.metric, "paper_number": n.value, "source": n.source,
                         "divergence": quote.fill(fig, n.divergence, *(result or (None, None))),
+                        "undecided": quote.fill(fig, n.undecided, *(result or (None, None))),
                         **{k: v[k] for k in ("verdict", "ours", "lo", "hi", "runs",
                                                                           "ratio")}})
     return out
@@ -120,6 +121,8 @@ def page() -> str:
         unit = " Mbit/s" if x["metric"].endswith("_mbps") else METRIC_UNITS.get(x["metric"], f" ({x['metric']})")
         ours = (f"{x['ours']:g} [{x['lo']:g}-{x['hi']:g}, {x['runs']}]" if x["ours"] is not None else "")
         verdict = x["verdict"] + (" (declared divergence)" if x["divergence"] else "")
+        if x["undecided"] and x["verdict"] == "undecided" and x["runs"] >= judge.REPEAT_STEPS[-1]:
+            verdict += " at the last look (declared)"
         ratio = f"{x['ratio']:g}" if x["ratio"] is not None else ""
         lines.append(f"| [`{x['figure']}`](figure-catalog.md#{x['figure']}) | `{x['series']}` | "
                      f"{x['x_name']} {x['x']:g} | {x['paper_number']:g}{unit} | {ours} | {ratio} | {verdict} | "
@@ -135,6 +138,9 @@ def page() -> str:
         if x["divergence"]:
             lines += [f"- **`{x['figure']}`**, the paper's {x['paper_number']:g} for `{x['series']}` at "
                       f"{x['x_name']} {x['x']:g}: {_cell(x['divergence'])}"]
+        if x["undecided"]:
+            lines += [f"- **`{x['figure']}`**, the paper's {x['paper_number']:g} for `{x['series']}` at "
+                      f"{x['x_name']} {x['x']:g}, undecided at the judge's last look: {_cell(x['undecided'])}"]
     return "\n".join(lines) + "\n"
 
 
