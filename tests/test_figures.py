@@ -322,6 +322,22 @@ def test_no_look_is_taken_past_the_last_designed_one(tmp_path):
     assert r.returncode == 2 and "at most 80" in r.stderr
 
 
+def test_a_claim_may_be_declared_undecided_only_at_the_last_look():
+    """A claim whose point sits on its bound stays undecided after every designed look;
+    its figure may declare that (undecided), and the suite accepts it only where the
+    kept result's undecided points have the last look's 80 runs."""
+    fig = figure.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85,
+                                        "undecided": "on its bound"}])
+    on_bound = [700.0, 900.0]
+    at = {n: table([("200us", 16, on_bound[i % 2]) for i in range(n)]) for n in (40, 80)}
+    assert judge.judge(fig, at[80])[0]["verdict"] == "undecided"
+    assert judge.undecided_at_last_look(fig, at[80], fig.claims[0])
+    assert not judge.undecided_at_last_look(fig, at[40], fig.claims[0])        # 80 runs are designed for it
+    row = {"divergence": None, "undecided": "on its bound"}
+    assert declared({**row, "last_look": True}) == "undecided"
+    assert declared({**row, "last_look": False}) != "undecided"
+
+
 def test_an_undecided_paper_number_gets_more_runs_in_a_full_figure(tmp_path):
     """A paper number whose interval straddles its band's edge after six runs gets runs
     as an undecided claim does (10, then 20), in a full figure; a quick one leaves it."""
@@ -420,7 +436,11 @@ def scoreboard_rows() -> tuple[dict, ...]:
 
 
 def declared(row: dict) -> str:
-    """The verdict a claim's figure file declares: a declared divergence does not hold."""
+    """The verdict a claim's figure file declares: a declared divergence does not hold; a
+    claim declared undecided is so at the judge's last look (else: more runs, or the
+    declaration goes)."""
+    if row.get("undecided"):
+        return "undecided" if row.get("last_look") else "undecided at the last look"
     return "does not hold" if row["divergence"] else "holds"
 
 
@@ -668,14 +688,20 @@ def test_a_number_of_a_derived_metric_is_judged_on_each_runs_value():
 def test_every_paper_number_is_judged_on_its_kept_result_as_its_figure_declares():
     """Each number the papers state (a figure's paper_numbers) agrees with the full kept
     result, or it is a declared divergence and differs (the day it agrees, or cannot be
-    decided, the declaration must go or say so)."""
+    decided, the declaration must go or say so), or it is declared undecided and is so
+    with the judge's last look's runs."""
     from incast.pages import scoreboard
     rows = [r for r in scoreboard.number_rows() if kept.full(r["figure"]) is not None]
     assert rows
+
+    def expected(r):
+        if r["undecided"]:
+            return "undecided" if r["runs"] >= judge.REPEAT_STEPS[-1] else "undecided at the last look"
+        return "differs" if r["divergence"] else "agrees"
     wrong = [f"{r['figure']} {r['series']} at {r['x']:g}: paper {r['paper_number']:g}, ours {r['ours']} "
              f"[{r['lo']}-{r['hi']}, {r['runs']} runs]: {r['verdict']}"
              f"{' (declared divergence)' if r['divergence'] else ''}"
-             for r in rows if r["verdict"] != ("differs" if r["divergence"] else "agrees")]
+             for r in rows if r["verdict"] != expected(r)]
     assert not wrong, "\n".join(wrong)
 
 

@@ -64,7 +64,7 @@ def test_every_figure_text_names_what_its_kept_result_gives(name):
     divergence writes out a number of the kept result's points it could name."""
     fig = figure.load(name)
     result = kept.result(name)
-    texts = [c.divergence for c in fig.claims] + [n.divergence for n in fig.paper_numbers]
+    texts = [t for c in [*fig.claims, *fig.paper_numbers] for t in (c.divergence, c.undecided)]
     texts = [t for t in texts if t]
     if result is None:
         pytest.skip(f"{name} has no kept result")

@@ -39,6 +39,9 @@ class PaperNumber(_Model):
     divergence: str | None = Field(
         None, description="ours does not agree with it (incast.campaign.judge.number_band): why, the numbers, "
                           "what was tried (the suite fails the day it agrees)")
+    undecided: str | None = Field(
+        None, description="ours stays undecided against it at the judge's last look (80 runs): why, the "
+                          "numbers; the suite holds that the kept result reached it")
 
 
 class Claim(_Model):
@@ -69,6 +72,9 @@ class Claim(_Model):
     divergence: str | None = Field(
         None, description="the claim does not reproduce here: why, the numbers, what was tried (its test "
                           "is a strict xfail, so the day it holds the suite says so)")
+    undecided: str | None = Field(
+        None, description="the claim stays undecided at the judge's last look (80 runs at each point that "
+                          "leaves it so): why, the numbers; the suite holds that the kept result reached it")
 
     @property
     def onset(self) -> bool:

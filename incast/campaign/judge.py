@@ -400,6 +400,14 @@ def undecided_points(fig: Figure, table: pd.DataFrame, numbers: bool = False) ->
     return points
 
 
+def undecided_at_last_look(fig: Figure, table: pd.DataFrame, c: Claim) -> bool:
+    """Whether claim c is undecided with every point that leaves it so at the judge's
+    last look (REPEAT_STEPS[-1] faithful runs): no more runs are designed for it."""
+    verdict, _, found, _ = judge_claim(fig, table, c, link_limit(table) * PAYLOAD_SHARE)
+    return verdict == "undecided" and all(
+        len(faithful_values(fig, table, s, x, c.metric)) >= REPEAT_STEPS[-1] for s, x in found)
+
+
 def shift_interval(a: list[float], b: list[float], confidence: float | None = None) -> tuple[float, float]:
     """The distribution-free interval for how much `a` exceeds `b` (Hodges-Lehmann /
     Mann-Whitney): order statistics of the pairwise differences, k in from each end,

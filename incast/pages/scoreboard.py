@@ -49,6 +49,8 @@ def rows() -> list[dict]:
                         "claim": c.text, "paper_number": paper, "verdict": v["verdict"],
                         "ours": v["detail"],
                         "divergence": quote.fill(fig, c.divergence, *(result or (None, None))),
+                        "undecided": quote.fill(fig, c.undecided, *(result or (None, None))),
+                        "last_look": bool(result) and judge.undecided_at_last_look(fig, result[0], c),
                         "kept": ("quick" if meta.get("quick") else "full") if result else None,
                         "kept_runs": len(result[0]) if result else 0, "stale": why_stale})
     return out
@@ -70,6 +72,7 @@ def number_rows() -> list[dict]:
             out.append({"figure": name, "paper": fig.paper, "index": i, "series": n.series, "x": n.x,
                         "x_name": fig.x, "metric": n.metric, "paper_number": n.value, "source": n.source,
                         "divergence": quote.fill(fig, n.divergence, *(result or (None, None))),
+                        "undecided": quote.fill(fig, n.undecided, *(result or (None, None))),
                         **{k: v[k] for k in ("verdict", "ours", "lo", "hi", "runs",
                                                                           "ratio")}})
     return out
@@ -100,6 +103,8 @@ def page() -> str:
         if x["stale"]:
             kept_what += f"; stale: {x['stale']}"
         verdict = x["verdict"] + (" (declared divergence)" if x["divergence"] else "")
+        if x["undecided"] and x["verdict"] == "undecided" and x["last_look"]:
+            verdict += " at the last look (declared)"
         lines.append(f"| [`{x['figure']}`](figure-catalog.md#{x['figure']}) | {_cell(x['claim'])} | {number} | "
                      f"{_cell(x['ours'])} | {verdict} | {kept_what} |")
     lines += ["", "## The papers' numbers", "",
@@ -116,6 +121,8 @@ def page() -> str:
         unit = " Mbit/s" if x["metric"].endswith("_mbps") else METRIC_UNITS.get(x["metric"], f" ({x['metric']})")
         ours = (f"{x['ours']:g} [{x['lo']:g}-{x['hi']:g}, {x['runs']}]" if x["ours"] is not None else "")
         verdict = x["verdict"] + (" (declared divergence)" if x["divergence"] else "")
+        if x["undecided"] and x["verdict"] == "undecided" and x["runs"] >= judge.REPEAT_STEPS[-1]:
+            verdict += " at the last look (declared)"
         ratio = f"{x['ratio']:g}" if x["ratio"] is not None else ""
         lines.append(f"| [`{x['figure']}`](figure-catalog.md#{x['figure']}) | `{x['series']}` | "
                      f"{x['x_name']} {x['x']:g} | {x['paper_number']:g}{unit} | {ours} | {ratio} | {verdict} | "
@@ -124,10 +131,16 @@ def page() -> str:
     for x in r:
         if x["divergence"]:
             lines += [f"- **`{x['figure']}`**, \u201c{_cell(x['claim'])}\u201d: {_cell(x['divergence'])}"]
+        if x["undecided"]:
+            lines += [f"- **`{x['figure']}`**, \u201c{_cell(x['claim'])}\u201d, undecided at the judge's last "
+                      f"look: {_cell(x['undecided'])}"]
     for x in numbers:
         if x["divergence"]:
             lines += [f"- **`{x['figure']}`**, the paper's {x['paper_number']:g} for `{x['series']}` at "
                       f"{x['x_name']} {x['x']:g}: {_cell(x['divergence'])}"]
+        if x["undecided"]:
+            lines += [f"- **`{x['figure']}`**, the paper's {x['paper_number']:g} for `{x['series']}` at "
+                      f"{x['x_name']} {x['x']:g}, undecided at the judge's last look: {_cell(x['undecided'])}"]
     return "\n".join(lines) + "\n"
 
 
