@@ -266,6 +266,24 @@ def test_the_median_interval_is_the_distribution_free_one():
     assert judge.median_interval([float(i) for i in range(10)]) == (1.0, 8.0)
 
 
+class Done:
+    """What incast.run.sweep.run_sweep returns, as far as make.decide reads it."""
+
+    def __init__(self, final):
+        self.final = final
+
+
+def more_runs(asked: list, rows):
+    """A run_more for make.decide: records each round's repeat and writes rows(repeat),
+    a table of that round's runs, as its sweep."""
+    def run_more(points, grid, repeat, out):
+        asked.append(repeat)
+        out.mkdir(parents=True)
+        rows(repeat).to_parquet(out / "sweep.parquet")
+        return Done(out)
+    return run_more
+
+
 def test_undecided_claims_get_more_runs_until_decided(tmp_path):
     """incast figure's rounds: 6, 10, then 20 runs at the points that leave a claim
     undecided, the earlier runs kept (from the point store), the new ones joining the
@@ -275,10 +293,6 @@ def test_undecided_claims_get_more_runs_until_decided(tmp_path):
     first = table([("200us", 16, g) for g in (700, 850, 900)]).assign(point_key=["k0", "k1", "k2"])
     first.to_parquet(tmp_path / "sweep.parquet")
     asked = []
-
-    class Done:
-        def __init__(self, final):
-            self.final = final
 
     def run_more(points, grid, repeat, out):
         # Every run measures 820 (the claim holds); the first three are the store's.
@@ -306,16 +320,8 @@ def test_no_look_is_taken_past_the_last_designed_one(tmp_path):
         point_key=[f"k{i}" for i in range(3)]).to_parquet(tmp_path / "sweep.parquet")
     asked = []
 
-    class Done:
-        def __init__(self, final):
-            self.final = final
-
-    def run_more(points, grid, repeat, out):
-        asked.append(repeat)
-        out.mkdir(parents=True)
-        table([("200us", 16, split[i % 2]) for i in range(repeat)]).assign(
-            point_key=[f"k{i}" for i in range(repeat)]).to_parquet(out / "sweep.parquet")
-        return Done(out)
+    run_more = more_runs(asked, lambda repeat: table([("200us", 16, split[i % 2]) for i in range(repeat)]).assign(
+        point_key=[f"k{i}" for i in range(repeat)]))
     assert make.decide(fig, tmp_path, {}, {}, {}, 3, 160, run_more) == 80 and asked == [6, 10, 20, 40, 80]
     assert judge.judge(fig, pd.read_parquet(tmp_path / "sweep.parquet"))[0]["verdict"] == "undecided"
     r = incast_cmd("figure", "sigcomm09-fig1", "--max-repeat", "160", timeout=120)
@@ -353,16 +359,8 @@ def test_an_undecided_paper_number_gets_more_runs_in_a_full_figure(tmp_path):
     assert judge.undecided_points(fig, first.iloc[:3], numbers=True) == []    # too few runs to be a look
     asked = []
 
-    class Done:
-        def __init__(self, final):
-            self.final = final
-
-    def run_more(points, grid, repeat, out):
-        asked.append(repeat)
-        out.mkdir(parents=True)
-        new = table([("200us", 16, 550.0)] * (repeat - 6)).assign(point_key=[f"n{i}" for i in range(repeat - 6)])
-        pd.concat([first, new]).to_parquet(out / "sweep.parquet")
-        return Done(out)
+    run_more = more_runs(asked, lambda repeat: pd.concat([first, table([("200us", 16, 550.0)] * (repeat - 6)).assign(
+        point_key=[f"n{i}" for i in range(repeat - 6)])]))
     args = (fig, tmp_path, {}, {}, {"senders": ["16"], "rto_min": ["200us"]}, 6, 20, run_more)
     assert make.decide(*args) == 6 and asked == []                        # numbers=False: nothing
     assert make.decide(*args, numbers=True) == 10 and asked == [10]
