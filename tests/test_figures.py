@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -118,6 +119,185 @@ def test_each_look_is_sure_enough_that_five_looks_are_90_percent_sure():
                 wrong += 1
                 break
     assert wrong / trials <= 0.1, wrong / trials
+
+
+def test_the_pooled_goodput_is_all_the_runs_bytes_over_all_their_time():
+    """A run's goodput is its bytes over its measured time, and its bytes are its blocks
+    times the point's block: two runs of 20 blocks at 1000 and 500 Mbit/s took 1 and 2
+    units of time for 1 unit of bytes each: 2 / 3 = 666.7 Mbit/s pooled (the mean of the
+    two is 750, the median 750); runs of 10 and 30 blocks weigh 1 to 3."""
+    assert judge.pooled_goodput([1000.0, 500.0]) == pytest.approx(2000 / 3)
+    assert judge.pooled_goodput([1000.0, 500.0], [20, 20]) == pytest.approx(2000 / 3)
+    assert judge.pooled_goodput([1000.0, 500.0], [10, 30]) == pytest.approx(40 / (10 / 1000 + 30 / 500))
+    # the flow-control shape: 30 runs near 930, 10 at 320-590: bytes over time well under the median
+    runs = [930.0] * 30 + [320.0 + 30 * i for i in range(10)]
+    assert judge.pooled_goodput(runs) < 800 < np.median(runs)
+    assert judge.pooled_interval([907.48] * 10) == pytest.approx((907.48, 907.48))
+
+
+def test_the_pooled_interval_of_runs_that_tie():
+    """Runs that differ by the table's rounding step or less are one value: six runs at
+    907.48 and 907.49 Mbit/s give an interval 0.02 wide (a resample of one of them has
+    no spread but half that step's, judge.GOODPUT_RESOLUTION_MBPS). Nine equal runs and
+    one far slower open it: a resample of the nine alone has no spread, so how many slow
+    runs a point has, and how slow, is what the nine cannot say."""
+    lo, hi = judge.pooled_interval([907.48] * 4 + [907.49] * 2)
+    assert 907.47 < lo < hi < 907.50
+    lo, hi = judge.pooled_interval([900.0] * 9 + [400.0])
+    assert lo < 1 and hi > 900.0
+
+
+def _percentile_bootstrap(g, rng, confidence=judge.LOOK_CONFIDENCE, resamples=judge.POOLED_RESAMPLES):
+    """The percentile bootstrap over runs of the pooled goodput, the candidate it is measured against."""
+    rows = np.arange(g.shape[0])[:, None, None]
+    idx = rng.integers(0, g.shape[1], size=(g.shape[0], resamples, g.shape[1]))
+    boot = 1 / (1 / g[rows, idx]).mean(-1)
+    a = (1 - confidence) / 2
+    return np.quantile(boot, a, axis=1), np.quantile(boot, 1 - a, axis=1)
+
+
+def _student_t(g, confidence=judge.LOOK_CONFIDENCE):
+    """Student's t on the runs' time per byte, inverted: the other candidate."""
+    from scipy import stats
+    tau = 1 / g
+    n = g.shape[1]
+    m, se = tau.mean(1), tau.std(1, ddof=1) / np.sqrt(n)
+    q = stats.t.ppf(1 - (1 - confidence) / 2, n - 1)
+    return 1 / (m + q * se), 1 / (m - q * se)
+
+
+def unimodal_runs(rng, shape):
+    """Runs spread around one level (500 +- 50 Mbit/s)."""
+    return rng.normal(500.0, 50.0, shape)
+
+
+def bimodal_runs(rng, shape):
+    """fast08-flow-control's shape: most runs near the payload limit (909-936), a third
+    waiting out timeouts (320-590)."""
+    return np.where(rng.random(shape) < 1 / 3, rng.uniform(320.0, 590.0, shape), rng.uniform(909.0, 936.0, shape))
+
+
+def collapsed_runs(rng, shape):
+    """A collapsed curve's runs: 20 blocks of 2 MB at 900 Mbit/s, each run waiting out a
+    Poisson(3) number of 200 ms timeouts (right-skewed in time)."""
+    bits = 20 * 8 * 256e3 * 8
+    return bits / (bits / 900e6 + 0.2 * rng.poisson(3, shape)) / 1e6
+
+
+def true_pooled(runs):
+    """The pooled goodput of the runs' distribution: one over its mean time per byte."""
+    return float(1 / np.mean(1 / runs(np.random.default_rng(12345), 2_000_000)))
+
+
+def coverage_tolerance(trials, c=judge.LOOK_CONFIDENCE):
+    """Three standard errors of a coverage measured over `trials` at the look's
+    confidence c: how far below it a measured coverage may fall by chance (0.13%)."""
+    return 3 * (c * (1 - c) / trials) ** 0.5
+
+
+def test_the_pooled_interval_is_as_sure_as_a_look_from_ten_runs():
+    """The pooled goodput's interval (judge.pooled_interval, a studentized bootstrap
+    over runs of the time per byte) covers the runs' true pooled goodput at least as
+    often as a look must (LOOK_CONFIDENCE, 96.7%), 4000 simulated points a case, less
+    coverage_tolerance(4000) = 0.0085 (three standard errors, fixed before the runs):
+
+        runs        n=6     n=10    n=20    (bootstrap-t; percentile bootstrap; Student t)
+        unimodal    95.9%   97.2%   96.0%   (86.4 / 92.9 / 93.7%;  95.7 / 96.8 / 96.0%)
+        bimodal     90.3%   98.3%   99.2%   (82.9 / 89.9 / 93.6%;  90.1 / 92.2 / 94.0%)
+
+    The percentile bootstrap under-covers everywhere (most at 6 runs), Student's t where
+    the runs are bimodal. At 6 runs no interval covers the bimodal runs: 8.8% of such
+    samples ((2/3)^6) have no slow run, and their interval lies above the truth whatever
+    the method. So the pooled statistic decides from 10 runs (POOLED_MIN_RUNS)."""
+    c, tol = judge.LOOK_CONFIDENCE, coverage_tolerance(4000)
+    assert abs(tol - 0.0085) < 5e-4 and judge.POOLED_MIN_RUNS == judge.REPEAT_STEPS[1] == 10
+    measured = {}
+    for runs in (unimodal_runs, bimodal_runs):
+        truth = true_pooled(runs)
+        for n in judge.REPEAT_STEPS[:3]:
+            rng = np.random.default_rng(n)
+            hit = {"bootstrap-t": 0, "percentile": 0, "student": 0}
+            for _ in range(4000 // 250):
+                g = runs(rng, (250, n))
+                for name, (lo, hi) in (("bootstrap-t", judge.pooled_intervals(g, rng=rng)),
+                                       ("percentile", _percentile_bootstrap(g, rng)), ("student", _student_t(g))):
+                    hit[name] += int(((lo <= truth) & (truth <= hi)).sum())
+            measured[runs.__name__, n] = {k: v / 4000 for k, v in hit.items()}
+    for (name, n), cov in measured.items():
+        if n >= judge.POOLED_MIN_RUNS or name == "unimodal_runs":
+            assert cov["bootstrap-t"] >= c - tol, (name, n, cov)
+        assert cov["percentile"] < c - tol, (name, n, cov)
+    assert measured["bimodal_runs", 6]["bootstrap-t"] < c - tol                  # why 6 runs decide nothing
+    assert measured["bimodal_runs", 10]["student"] < c - tol
+
+
+def test_the_pooled_interval_is_as_sure_as_a_late_look():
+    """The looks at 40 and 80 runs are each made at POOLED_LATE_LOOK_CONFIDENCE (98.3%:
+    what the looks at 10 and 20 leave of the 10%, shared); 2000 simulated points a case,
+    tolerance coverage_tolerance(2000, 98.3%) = 0.0086:
+
+        runs        n=40    n=80
+        unimodal    97.9%   98.4%
+        bimodal     99.6%   98.6%"""
+    c = judge.POOLED_LATE_LOOK_CONFIDENCE
+    tol = coverage_tolerance(2000, c)
+    assert abs(c - (1 - (0.1 - 2 * 0.1 / 3) / 2)) < 1e-12 and abs(tol - 0.0086) < 5e-4
+    measured = {}
+    for runs in (unimodal_runs, bimodal_runs):
+        truth = true_pooled(runs)
+        for n in judge.REPEAT_STEPS[3:]:
+            rng, hit = np.random.default_rng(n), 0
+            for _ in range(2000 // 100):
+                lo, hi = judge.pooled_intervals(runs(rng, (100, n)), rng=rng)
+                hit += int(((lo <= truth) & (truth <= hi)).sum())
+            measured[runs.__name__, n] = hit / 2000
+    assert all(v >= c - tol for v in measured.values()), measured
+
+
+def test_the_pooled_gap_interval_is_as_sure_as_a_look_from_ten_runs():
+    """The gap between two curves' pooled goodputs (judge.pooled_gap_interval) at each
+    look's confidence: 4000 simulated pairs a case at 10 and 20 runs (tolerance
+    coverage_tolerance(4000) = 0.0085), 1000 at 40 and 80 (coverage_tolerance(1000,
+    98.3%) = 0.012):
+
+        curves                        n=10    n=20    n=40    n=80
+        bimodal above collapsed       97.1%   98.0%   98.9%   98.6%
+        unimodal above collapsed      96.3%   96.0%   98.5%   98.0%"""
+    measured = {}
+    for a, b in ((bimodal_runs, collapsed_runs), (unimodal_runs, collapsed_runs)):
+        truth = true_pooled(a) - true_pooled(b)
+        for n in judge.REPEAT_STEPS[1:]:
+            trials = 4000 if n <= judge.REPEAT_STEPS[2] else 1000
+            rng, hit = np.random.default_rng(100 + n), 0
+            for _ in range(trials // 100):
+                lo, hi = judge.pooled_gap_intervals(a(rng, (100, n)), b(rng, (100, n)), rng=rng)
+                hit += int(((lo <= truth) & (truth <= hi)).sum())
+            c = judge.pooled_look_confidence(n)
+            measured[a.__name__, n] = hit / trials
+            assert hit / trials >= c - coverage_tolerance(trials, c), measured
+
+
+def test_the_pooled_statistic_is_90_percent_sure_over_its_looks():
+    """The pooled statistic's sequential design: the look at 6 runs decides nothing, those
+    at 10 and 20 are made at LOOK_CONFIDENCE, those at 40 and 80 at
+    POOLED_LATE_LOOK_CONFIDENCE: 2 x 3.3% + 2 x 1.7% = 10%. Points whose pooled goodput
+    sits exactly on the bound, every look each point takes (pooled_verdict's bootstrap-t,
+    the points of a look drawn together), 4000 points each: 8.2% of unimodal ones are
+    decided (wrongly) at some look, 3.6% of bimodal ones."""
+    measured = {}
+    for runs in (unimodal_runs, bimodal_runs):
+        bound, rng = true_pooled(runs), np.random.default_rng(7)
+        got = runs(rng, (4000, judge.REPEAT_STEPS[-1]))
+        undecided = np.ones(4000, bool)
+        for n in judge.REPEAT_STEPS:
+            if n < judge.POOLED_MIN_RUNS:
+                assert all(judge.pooled_verdict(list(got[i, :n]), lambda g: g > bound) == "split" for i in range(9))
+                continue
+            for i in range(0, 4000, 100):
+                lo, hi = judge.pooled_intervals(got[i:i + 100, :n], rng=rng)
+                undecided[i:i + 100] &= (lo <= bound) & (bound <= hi)
+        measured[runs.__name__] = 1 - undecided.mean()
+    assert all(v <= 0.1 for v in measured.values()), measured
 
 
 def test_a_from_claim_fails_where_any_of_its_points_fails():
