@@ -905,3 +905,28 @@ def test_what_a_figure_needs_is_read_from_its_scenarios(monkeypatch):
     assert figure.needs(figure.load("three-switches-200us")) == ["virtual-time", "bmv2", "rtl"]
     monkeypatch.setenv("PATH", "/nonexistent")
     assert any("simple_switch is not on PATH" in w for w in figure.missing(p4)), figure.missing(p4)
+
+
+def test_every_claim_is_set_beside_its_verdict_on_the_bytes_over_time():
+    """incast.campaign.statistic judges each claim on the median (the verdict) and on the
+    pooled goodput: where a quarter of the runs wait out timeouts the median stays with
+    the fast ones and the bytes over time does not; the judge's own verdict is the
+    median's, whatever the pooled statistic says."""
+    from incast.campaign import statistic
+    fig = figure.Figure(**FIG, claims=[{"text": "still lower", "series": "on", "at": 8, "below": 0.9},
+                                       {"text": "collapse", "series": "off", "at": 8, "below": 0.25}])
+    on = [900.0 + i for i in range(30)] + [320.0 + 30 * i for i in range(10)]   # fast08-flow-control's 40 runs' shape
+    rows = [("on", 8, g) for g in on] + [("off", 8, 80.0 + i) for i in range(20)]
+    t = table(rows).assign(blocks=20)
+    pairs = statistic.compare(fig, t)
+    still, collapse = pairs
+    assert still.verdicts[0] == "does not hold" and still.verdicts[1] == "holds" and still.differs
+    assert still.point.median[1] > 847.3 > still.point.pooled[2]          # 902.0-917.0 and 607.9-821.6
+    assert collapse.verdicts == ("holds", "holds", "holds") and not collapse.differs
+    assert judge.judge(fig, t)[0]["verdict"] == "does not hold"
+    # six runs: the pooled statistic decides nothing (10 needed); from 6 it would
+    six = table([("off", 8, 80.0 + i) for i in range(6)] + [("on", 8, 900.0)] * 6)
+    assert statistic.compare(fig, six)[1].verdicts == ("holds", "undecided", "holds")
+    assert "too few to decide (10 needed)" in judge.judge_claim(fig, six, fig.claims[1], 941.4, judge.POOLED)[1]
+    lines = statistic.table_lines(pairs, {})
+    assert "| holds **differs** |" in lines[2] and "differ" in statistic.summary(pairs, 1)

@@ -10,8 +10,8 @@ gap between two curves) lies on one side of the bound.
 
 Beside it, the pooled statistic (pooled_goodput, pooled_interval): a point's goodput as
 the papers measure it, all its runs' bytes over all their time, with a bootstrap-t
-interval over runs. The verdicts rest on the median; the pooled statistic is for
-setting beside them.
+interval over runs. The verdicts rest on the median; judge_claim(..., stat=POOLED)
+and incast.campaign.statistic set the pooled statistic's beside them.
 """
 from __future__ import annotations
 
@@ -358,10 +358,10 @@ def pooled_gap_interval(a, b, wa=None, wb=None, confidence: float | None = None)
     return float(lo[0]), float(hi[0])
 
 
-def pooled_verdict(runs: list[float], bound, blocks=None) -> str:
+def pooled_verdict(runs: list[float], bound, blocks=None, min_runs: int = POOLED_MIN_RUNS) -> str:
     """point_verdict on the pooled statistic: holds / fails / split where its interval
     (pooled_interval) lies against the bound; fewer than POOLED_MIN_RUNS runs decide nothing."""
-    if len(runs) < POOLED_MIN_RUNS:
+    if len(runs) < min_runs:
         return "split"
     lo, hi = pooled_interval(runs, blocks)
     at_lo, at_hi = bool(bound(lo)), bool(bound(hi))
@@ -372,11 +372,80 @@ def pooled_verdict(runs: list[float], bound, blocks=None) -> str:
     return "split"
 
 
-def _spread(fig: Figure, table: pd.DataFrame, series: str, x, metric: str) -> str:
-    """One point's median [min-max, n] and how many of its runs were left out."""
+MEDIAN, POOLED = "median", "pooled"
+# The pooled statistic deciding from the first look's 6 runs, as the median does: not
+# sure enough where runs are bimodal (90%: POOLED_MIN_RUNS), so never a verdict; it shows
+# what the estimator alone changes on kept results that have 6 runs a point.
+POOLED_FROM_6 = "pooled from 6 runs"
+
+
+def pooled_applies(metric: str, stat: str = POOLED) -> bool:
+    """Whether the statistic is bytes over time here: it is a goodput's; another metric
+    (timeouts a block, ...) is judged on its median."""
+    return stat in (POOLED, POOLED_FROM_6) and metric.endswith("_mbps")
+
+
+def _state(fig: Figure, table: pd.DataFrame, series: str, x, metric: str, bound, stat: str
+           ) -> tuple[str, str]:
+    """(holds / fails / split, why a split point is split) of one point on the statistic."""
+    runs = faithful_values(fig, table, series, x, metric)
+    if pooled_applies(metric, stat):
+        state = pooled_verdict(runs, bound, faithful_blocks(fig, table, series, x, metric), _few(stat, metric))
+        if state != "split":
+            return state, ""
+        if len(runs) < _few(stat, metric):
+            return state, f"too few to decide ({_few(stat, metric)} needed)"
+        lo, hi = pooled_interval(runs, faithful_blocks(fig, table, series, x, metric))
+        return state, f"the bytes over time's interval {lo:.1f}-{hi:.1f}"
+    state = point_verdict(runs, bound)
+    if state != "split":
+        return state, ""
+    if len(runs) < runs_to_decide():
+        return state, f"too few to decide ({runs_to_decide()} needed)"
+    m_lo, m_hi = median_interval(runs)
+    return state, f"the median's interval {m_lo:.1f}-{m_hi:.1f}"
+
+
+def point_value(fig: Figure, table: pd.DataFrame, series: str, x, metric: str, stat: str = MEDIAN
+                ) -> tuple[float, float, float, int]:
+    """(value, interval low, interval high, runs) of one point on the statistic: the
+    median and median_interval, or the pooled goodput and pooled_interval."""
+    runs = faithful_values(fig, table, series, x, metric)
+    if not runs:
+        return float("nan"), float("nan"), float("nan"), 0
+    if pooled_applies(metric, stat):
+        blocks = faithful_blocks(fig, table, series, x, metric)
+        return (pooled_goodput(runs, blocks), *pooled_interval(runs, blocks), len(runs))
+    return (float(np.median(runs)), *median_interval(runs), len(runs))
+
+
+def gap_interval(fig: Figure, table: pd.DataFrame, series: str, other: str, x, metric: str, stat: str = MEDIAN
+                 ) -> tuple[float, float, int]:
+    """The interval of how much `other` exceeds `series` at x (shift_interval, or
+    pooled_gap_interval), and the fewer runs of the two."""
+    runs, others = (faithful_values(fig, table, s, x, metric) for s in (series, other))
+    if pooled_applies(metric, stat):
+        lo, hi = pooled_gap_interval(others, runs, faithful_blocks(fig, table, other, x, metric),
+                                     faithful_blocks(fig, table, series, x, metric))
+    else:
+        lo, hi = shift_interval(others, runs)
+    return lo, hi, min(len(runs), len(others))
+
+
+def _few(stat: str, metric: str) -> int:
+    """The runs a point needs before the statistic decides it."""
+    return POOLED_MIN_RUNS if stat == POOLED and pooled_applies(metric, stat) else runs_to_decide()
+
+
+def _spread(fig: Figure, table: pd.DataFrame, series: str, x, metric: str, stat: str = MEDIAN) -> str:
+    """One point's median [min-max, n] (pooled: bytes over time [its interval, n]) and
+    how many of its runs were left out."""
     runs = faithful_values(fig, table, series, x, metric)
     bad, total = _unfaithful(fig, table, series, x)
     left_out = f" ({bad} of {total} not faithful, left out)" if bad else ""
+    if pooled_applies(metric, stat):
+        v, lo, hi, n = point_value(fig, table, series, x, metric, stat)
+        return f"{v:.1f} bytes over time [{lo:.1f}-{hi:.1f}, n={n}]{left_out}"
     return f"{np.median(runs):.1f} [{min(runs):.1f}-{max(runs):.1f}, n={len(runs)}]{left_out}"
 
 
@@ -391,14 +460,17 @@ def _untestable(fig: Figure, table: pd.DataFrame, med: pd.DataFrame, series: str
     return None
 
 
-def judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tuple[str, str, list, str]:
+def judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float, stat: str = MEDIAN
+                ) -> tuple[str, str, list, str]:
     """Each of the claim's points holds, fails or is split (point_verdict); the claim
     does not hold where any point fails, is undecided where none fails but some is split
     (the next repetitions could land on either side), and holds where every point holds
     (with `some`: holds where any point holds, does not hold where every point fails,
     and is undecided otherwise). An onset claim is judge_onset's. Returns (verdict,
     detail, the (series, x) points whose runs would decide an undecided claim, why a
-    claim is not testable: UNREACHED, NOT_FAITHFUL, UNFINISHED, or "")."""
+    claim is not testable: UNREACHED, NOT_FAITHFUL, UNFINISHED, or ""). stat: the
+    median (the verdicts), or POOLED, the bytes over time (pooled_verdict,
+    pooled_gap_interval) for setting beside it."""
     med = point_means(fig, table, c.metric)
     every = {x for x in table[col(fig.x)].dropna()} if col(fig.x) in table else set()
     present = {str(s) for s in table.get(col(fig.series), pd.Series(dtype=str)).unique()}
@@ -406,7 +478,7 @@ def judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tup
         if str(s) not in present:
             return "not testable", f"no {fig.series} = {s} in the sweep", [], UNREACHED
     if c.onset:
-        return judge_onset(fig, table, c, limit, sorted(every), med)
+        return judge_onset(fig, table, c, limit, sorted(every), med, stat)
     xs = sorted(x for x in every if (x == c.at if c.at is not None else x >= c.from_))
     if not xs:
         return ("not testable", f"no {fig.x} {'= ' + str(c.at) if c.at is not None else '>= ' + str(c.from_)} "
@@ -426,13 +498,10 @@ def judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tup
                 bound, text = (lambda g: g < c.below * limit), f"< {c.below * limit:.1f}"
             else:
                 bound, text = (lambda g: g > c.above * limit), f"> {c.above * limit:.1f}"
-            state = point_verdict(runs, bound)
+            state, why_split = _state(fig, table, c.series, x, c.metric, bound, stat)
             if state == "split":
                 n_held = sum(bool(bound(g)) for g in runs)
-                m_lo, m_hi = median_interval(runs)
-                split.append(f"{x:g}: {n_held} of {len(runs)} runs hold, " + (
-                    f"too few to decide ({runs_to_decide()} needed)"
-                    if len(runs) < runs_to_decide() else f"the median's interval {m_lo:.1f}-{m_hi:.1f}"))
+                split.append(f"{x:g}: {n_held} of {len(runs)} runs hold, {why_split}")
         else:
             other = med.at[x, c.below_series] if c.below_series in med.columns and x in med.index else float("nan")
             text = f"{c.below_series} {other:.1f}"
@@ -440,12 +509,12 @@ def judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tup
             # the claim is decided only where the gap's interval is on one side of the
             # margin, and, as for one series, not before each has the runs a look needs.
             others = faithful_values(fig, table, c.below_series, x, c.metric)
-            lo_gap, hi_gap = shift_interval(others, runs)
-            few = min(len(runs), len(others)) < runs_to_decide()
+            lo_gap, hi_gap, fewer = gap_interval(fig, table, c.series, c.below_series, x, c.metric, stat)
+            few = fewer < _few(stat, c.metric)
             if few and not pd.isna(lo_gap):
                 state = "split"
                 split.append(f"{x:g}: {len(runs)} and {len(others)} runs, too few to decide "
-                             f"({runs_to_decide()} needed)")
+                             f"({_few(stat, c.metric)} needed)")
             elif pd.isna(lo_gap) or hi_gap < c.margin_mbps:
                 state = "fails"
             elif lo_gap >= c.margin_mbps:
@@ -461,7 +530,7 @@ def judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float) -> tup
             split_xs.append(x)
         else:
             held.append(f"{x:g}")
-        parts.append(f"{x:g}: {_spread(fig, table, c.series, x, c.metric)} vs {text}")
+        parts.append(f"{x:g}: {_spread(fig, table, c.series, x, c.metric, stat)} vs {text}")
     detail = "; ".join(parts)
     points = [(s, x) for x in split_xs for s in filter(None, (c.series, c.below_series))]
     if c.some:
@@ -505,8 +574,8 @@ def onset_at_least(a: float, b: float, factor: float, last: float) -> bool | Non
     return None
 
 
-def judge_onset(fig: Figure, table: pd.DataFrame, c: Claim, limit: float, xs: list, med: pd.DataFrame
-                ) -> tuple[str, str, list, str]:
+def judge_onset(fig: Figure, table: pd.DataFrame, c: Claim, limit: float, xs: list, med: pd.DataFrame,
+                stat: str = MEDIAN) -> tuple[str, str, list, str]:
     """An onset claim: the onset of a curve is the smallest x from which every point is
     below onset_below of the payload limit, each point counted below or not below only
     where the interval of its median decides it (point_verdict), so that an onset can be
@@ -528,15 +597,12 @@ def judge_onset(fig: Figure, table: pd.DataFrame, c: Claim, limit: float, xs: li
             gone = _untestable(fig, table, med, s, x)
             if gone:
                 return gone
-            runs = faithful_values(fig, table, s, x, c.metric)
-            state = point_verdict(runs, bound)
+            state, why_split = _state(fig, table, s, x, c.metric, bound, stat)
             states.append((x, state))
-            texts.append(f"{x:g}: {_spread(fig, table, s, x, c.metric)}" + (" (undecided)" if state == "split" else ""))
+            texts.append(f"{x:g}: {_spread(fig, table, s, x, c.metric, stat)}"
+                         + (" (undecided)" if state == "split" else ""))
             if state == "split":
-                m_lo, m_hi = median_interval(runs)
-                split.append(f"{s} at {x:g}: " + (f"too few runs to decide ({runs_to_decide()} needed)"
-                                                    if len(runs) < runs_to_decide()
-                                                    else f"the median's interval {m_lo:.1f}-{m_hi:.1f}"))
+                split.append(f"{s} at {x:g}: {why_split.replace('too few to decide', 'too few runs to decide')}")
         above = [x for x, st in states if st == "fails"]
         points += [(s, x) for x, st in states if st == "split" and (not above or x > above[-1])]
         allowed[s] = onsets(states)
@@ -626,6 +692,18 @@ def faithful_values(fig: Figure, table: pd.DataFrame, series: str, x, metric: st
     t = t[(t[col(fig.series)].astype(str) == str(series)) & (t[col(fig.x)] == x)]
     values = run_metric(t, metric)
     return [float(g) for g in values.dropna()] if values is not None else []
+
+
+def faithful_blocks(fig: Figure, table: pd.DataFrame, series: str, x, metric: str) -> list[float]:
+    """The measured blocks of the runs faithful_values gives, in its order (each 1 where
+    the table has no `blocks`): what weighs each run's goodput in pooled_goodput."""
+    t = faithful_rows(table)
+    t = t[(t[col(fig.series)].astype(str) == str(series)) & (t[col(fig.x)] == x)]
+    values = run_metric(t, metric)
+    if values is None:
+        return []
+    rows = t[values.notna().to_numpy()]
+    return [float(b) for b in rows["blocks"]] if "blocks" in rows else [1.0] * len(rows)
 
 
 def link_limit(table: pd.DataFrame) -> float:
