@@ -187,7 +187,12 @@ def point_verdict(runs: list[float], bound) -> str:
     interval is as sure as a look must be (LOOK_CONFIDENCE)."""
     if len(runs) < runs_to_decide():
         return "split"
-    lo, hi = median_interval(runs)
+    return interval_verdict(*median_interval(runs), bound)
+
+
+def interval_verdict(lo: float, hi: float, bound) -> str:
+    """holds / fails / split: both ends of an interval on the bound's side, both off it,
+    or one each."""
     at_lo, at_hi = bool(bound(lo)), bool(bound(hi))
     if at_lo and at_hi:
         return "holds"
@@ -196,7 +201,7 @@ def point_verdict(runs: list[float], bound) -> str:
     return "split"
 
 
-# The pooled statistic (issue 49): a point's goodput as the papers measure it, all its
+# The pooled statistic: a point's goodput as the papers measure it, all its
 # runs' bytes over all their measured time. A run's goodput_mbps is its bytes x 8 over
 # its measured seconds (incast.measure.results.summarize: the first measured block's
 # start to the last one's end), and its bytes are its `blocks` x the block's bytes
@@ -363,13 +368,7 @@ def pooled_verdict(runs: list[float], bound, blocks=None, min_runs: int = POOLED
     (pooled_interval) lies against the bound; fewer than POOLED_MIN_RUNS runs decide nothing."""
     if len(runs) < min_runs:
         return "split"
-    lo, hi = pooled_interval(runs, blocks)
-    at_lo, at_hi = bool(bound(lo)), bool(bound(hi))
-    if at_lo and at_hi:
-        return "holds"
-    if not at_lo and not at_hi:
-        return "fails"
-    return "split"
+    return interval_verdict(*pooled_interval(runs, blocks), bound)
 
 
 MEDIAN, POOLED = "median", "pooled"

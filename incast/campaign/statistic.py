@@ -1,5 +1,5 @@
 """Every claim judged on its kept result on the median of its runs (the verdict) and on
-the bytes over time of all of them (judge.pooled_goodput, issue 49).
+the bytes over time of all of them (judge.pooled_goodput).
 
     python -m incast.campaign.statistic [NAME ...] [--results DIR] [--points] [--differ]
 
