@@ -213,12 +213,16 @@ def buffer_a_quarter_larger(s):
 @pytest.mark.network
 @pytest.mark.check
 @pytest.mark.parametrize("change,points", [
-    (halve_200ms, {("200ms", 47.0), ("200ms", 8.0)}),
+    (halve_200ms, {("200ms", 47.0)}),
     (buffer_a_quarter_larger, None)])
 def test_a_change_in_behaviour_fails_the_check(change, points, check_runner, no_leftovers):
     """SIGCOMM'09 Figure 1 with its runs changed as a change to the code would change
     them: the check disagrees, naming the figure and the points the change moved (the
-    RTOmin: both 200 ms points; the buffer: wherever it shows)."""
+    RTOmin: the collapsed 200 ms point at 47 servers, whose goodput doubles; the buffer:
+    wherever it shows). The 200 ms point at 8 servers moves too, but its kept runs
+    spread from 123 to 290 Mbit/s (the kept result made at 596f8aa), and 20 fresh runs
+    need not part from six such at the check's alpha of 2e-4: that the change is seen
+    at one point is what fails the suite."""
     name = "sigcomm09-fig1"
     why = figure.missing(figure.load(name))
     if why:

@@ -38,11 +38,13 @@ from incast.constants import REPO
 from incast.errors import BadInput
 from incast.measure import calibration
 from incast.campaign import check, figure, judge, kept, make
-from incast.pages import doc_tables, scoreboard
+from incast.pages import doc_tables, scoreboard, wren_table
 from incast.run import points
 
 KEPT_FILES = ("sweep.parquet", "sweep.json", "figure.png")
 KEPT_REPEAT = 6             # runs a point of a kept result (judge.runs_to_decide())
+WREN_FIGURE = "wren09-rto"  # the kept result WREN'09's model is fitted to, and the fit's record
+WREN_RECORD = doc_tables.RESULTS_DIR / "wren09-model.csv"
 
 
 class CatalogError(BadInput):
@@ -182,6 +184,9 @@ def cmd_catalog(args) -> int:
             # The numbers they name are the new result's (incast.campaign.quote); the
             # words around them were written for the old one.
             print(f"[{i}/{len(todo)}] {name}: read its {declared} declared divergences again against the new result")
+    if any(name == WREN_FIGURE for name, _ in todo):
+        # The model's record is a fit of this figure's kept result (tests/test_wren_model.py).
+        wren_table.main([str(kept.KEPT_FIGURES_DIR / WREN_FIGURE), "--record", str(WREN_RECORD)])
     scoreboard.main([])
     doc_tables.main([])
     return 0

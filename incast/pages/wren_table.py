@@ -94,3 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         pd.DataFrame(rows).to_csv(args.record, index=False)   # as doc_tables.record writes its files
         print(f"{args.record}: {len(rows)} rows")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
