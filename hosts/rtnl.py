@@ -32,23 +32,36 @@ def qdisc_stats(nl: socket.socket, seq: int):
     nl.send(NLMSGHDR.pack(NLMSGHDR.size + len(body), RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body)
     while True:
         data = nl.recv(1 << 20)
-        offset = 0
-        while offset + NLMSGHDR.size <= len(data):
-            length, kind, _, _, _ = NLMSGHDR.unpack_from(data, offset)
+        for kind, stats in qdisc_messages(data):
             if kind == NLMSG_DONE:
                 return
             if kind == NLMSG_ERROR:
                 raise OSError("RTM_GETQDISC dump failed")
             if kind == RTM_NEWQDISC:
-                _, ifindex, handle, _, _ = TCMSG.unpack_from(data, offset + NLMSGHDR.size)
-                msg = data[offset + NLMSGHDR.size + TCMSG.size:offset + length]
-                qlen = backlog = drops = packets = 0
-                for k, v in _attributes(msg):
-                    if k == TCA_STATS2:
-                        for k2, v2 in _attributes(v):
-                            if k2 == TCA_STATS_QUEUE:
-                                qlen, backlog, drops, _, _ = QUEUE.unpack_from(v2)
-                            elif k2 == TCA_STATS_BASIC:
-                                _, packets = BASIC.unpack_from(v2)
-                yield ifindex, handle >> 16, qlen, backlog, drops, packets
-            offset += (length + 3) & ~3
+                yield stats
+
+
+def qdisc_messages(data: bytes):
+    """(message type, (ifindex, handle major, qlen, backlog, drops, packets)) of each
+    message in one datagram (the statistics of an RTM_NEWQDISC, else None): a dump's
+    part, or what an RTNLGRP_TC listener is told."""
+    offset = 0
+    while offset + NLMSGHDR.size <= len(data):
+        length, kind, _, _, _ = NLMSGHDR.unpack_from(data, offset)
+        stats = None
+        if kind == RTM_NEWQDISC:
+            _, ifindex, handle, _, _ = TCMSG.unpack_from(data, offset + NLMSGHDR.size)
+            msg = data[offset + NLMSGHDR.size + TCMSG.size:offset + length]
+            qlen = backlog = drops = packets = 0
+            for k, v in _attributes(msg):
+                if k == TCA_STATS2:
+                    for k2, v2 in _attributes(v):
+                        if k2 == TCA_STATS_QUEUE:
+                            qlen, backlog, drops, _, _ = QUEUE.unpack_from(v2)
+                        elif k2 == TCA_STATS_BASIC:
+                            _, packets = BASIC.unpack_from(v2)
+            stats = (ifindex, handle >> 16, qlen, backlog, drops, packets)
+        yield kind, stats
+        if length < NLMSGHDR.size:
+            return
+        offset += (length + 3) & ~3

@@ -5,8 +5,12 @@ PFC, sent and obeyed at every switch port, with a pause watchdog.
 A kernel bridge neither sends nor obeys PAUSE, so this agent does both, for every switch
 of the run, from the namespace the switch ports live in:
 
-* Sending. Every ``interval`` it reads the ports' class queues (an RTM_GETQDISC dump,
-  what `tc -s qdisc` reads). A port whose queues hold more than XOFF bytes is
+* Sending. It learns the ports' class queues' backlogs from the kernel: where the plug
+  qdisc has watermarks (kernels/patches-um/0004: the UML kernels), each class queue is
+  given its XOFF and XON, and the kernel tells the agent (an RTNLGRP_TC message) at the
+  very enqueue that takes a queue past XOFF and the dequeue that brings it back to XON,
+  so the agent reads nothing in between. Elsewhere it reads every ``interval`` (an
+  RTM_GETQDISC dump, what `tc -s qdisc` reads). A port whose queues hold more than XOFF bytes is
   congested until they are back at XON (each class queue against its own thresholds,
   its share of the port's); while any port of a switch is congested, that
   switch pauses every other of its ports (as the P4 program does): a PAUSE with the
@@ -28,10 +32,13 @@ infinitely fast: the agent reads every queue exactly each interval and reacts in
 time. On a real clock its reaction is the interval plus its wake-up delay; the report
 gives the intervals achieved.
 
-Quiet periods cost nothing: once every queue has been empty for a frame's time, the
-agent stops reading and sleeps until a frame enters any switch port (a packet socket
-on all of them, its filter opened only then), and reads at once when one does. A
-block waiting out a 200 ms retransmission timeout is a sleep, not 64500 reads.
+Reading on a grid, quiet periods cost nothing: once every queue has been empty for a
+frame's time, the agent stops reading and sleeps until a frame enters any switch port
+(a packet socket on all of them, its filter opened only then), and reads at once when
+one does. A block waiting out a 200 ms retransmission timeout is a sleep, not 64500
+reads. Told by the kernel, the agent wakes only for crossings, received frames and its
+timers (a PAUSE refreshed at half its length, the watchdog): in virtual time a run
+with PAUSE costs about what it costs without.
 
 Config: a JSON file (see incast.dataplane.linux.flow_control_config). Prints READY
 when every socket is open; on SIGINT or SIGTERM, one JSON line of statistics.
@@ -39,6 +46,7 @@ Standard library only.
 """
 import argparse
 import ctypes
+import errno
 import json
 import os
 import select
@@ -58,11 +66,14 @@ PACKET_IGNORE_OUTGOING = 23
 SO_ATTACH_FILTER = 26
 SWITCH_PRIORITY = 50       # SCHED_FIFO: ahead of every host process (SCHED_OTHER)
 
-from rtnl import NLM_F_REQUEST, NLMSG_ERROR, NLMSGHDR, RTATTR, RTM_NEWQDISC, TCMSG, qdisc_stats  # noqa: E402
+from rtnl import (NLM_F_REQUEST, NLMSG_ERROR, NLMSGHDR, RTATTR, RTM_NEWQDISC, TCMSG,  # noqa: E402
+                  qdisc_messages, qdisc_stats)
 
 NLM_F_ACK = 0x4
 TCA_KIND, TCA_OPTIONS = 1, 2
 TCQ_PLUG_BUFFER, TCQ_PLUG_RELEASE_INDEFINITE, TCQ_PLUG_LIMIT = 0, 2, 3
+TCQ_PLUG_XOFF, TCQ_PLUG_XON = 4, 5          # kernels/patches-um/0004
+RTMGRP_TC = 0x8                             # 1 << (RTNLGRP_TC - 1)
 PLUG_QOPT = struct.Struct("=iI")            # struct tc_plug_qopt: action, limit
 
 
@@ -100,6 +111,38 @@ class Netlink:
                 if err:
                     raise OSError(-err, f"plug change on ifindex {ifindex} handle {major:x}:")
                 return
+
+
+class Crossings:
+    """What the kernel tells of the class queues: an RTNLGRP_TC socket, on which the plug
+    qdisc reports each XOFF and XON crossing (and any change of a qdisc) with its
+    statistics."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+        self.sock.bind((0, RTMGRP_TC))
+        self.sock.setblocking(False)
+        self.told = 0
+
+    def read(self):
+        """{(ifindex, major): backlog} of what was told since the last read (each queue's
+        latest), or None where messages were lost (the socket overran): read them all."""
+        backlog = {}
+        while True:
+            try:
+                data = self.sock.recv(1 << 16)
+            except BlockingIOError:
+                return backlog
+            except OSError as e:
+                if e.errno != errno.ENOBUFS:
+                    raise
+                return None
+            for kind, stats in qdisc_messages(data):
+                if kind == RTM_NEWQDISC:
+                    ifindex, major, _, b, _, _ = stats
+                    backlog[(ifindex, major)] = b
+                    self.told += 1
 
 
 def mac_control_filter():
@@ -212,6 +255,27 @@ class Agent:
         self.slept_s = 0.0
         self.woke = False          # woken by the doorbell, no XOFF seen since
         self.woke_to_xoff = 0      # wakes whose traffic went on to cross XOFF
+        self.crossings = self.watermarks()
+
+    def watermarks(self):
+        """Each class queue's XOFF and XON given to its plug, so that the kernel tells
+        each crossing (Crossings); None where the kernel's plug has no watermarks (it
+        refuses them), and the agent reads on its grid."""
+        if self.cfg.get("watch") == "grid" or min(self.xoff) <= 0:
+            return None                # a grid asked for; an XOFF of 0 is the kernel's "none"
+        crossings = Crossings()        # listening before any mark is set: none missed
+        try:
+            for port in self.ports:
+                for c in range(self.classes):
+                    leaf = self.leaf_base + c
+                    self.nl.plug(port.ifindex, leaf, leaf, TCQ_PLUG_XOFF, self.xoff[c])
+                    self.nl.plug(port.ifindex, leaf, leaf, TCQ_PLUG_XON, self.xon[c])
+        except OSError as e:
+            crossings.sock.close()
+            if e.errno != errno.EINVAL:
+                raise
+            return None
+        return crossings
 
     # -- obeying ---------------------------------------------------------------------
     def receive(self, port, now):
@@ -290,25 +354,31 @@ class Agent:
         self.nl.plug(gate.port.ifindex, self.leaf_base + gate.cls, self.leaf_base + gate.cls, TCQ_PLUG_LIMIT, limit)
 
     # -- sending ---------------------------------------------------------------------
-    def poll(self, now):
-        backlog = self.nl.backlogs()
-        self.quiet = not any(backlog.get((port.ifindex, self.leaf_base + c), 0)
-                             for port in self.ports for c in range(self.classes))
+    def poll(self, now, told=None):
+        """Decide on the queues' backlogs: all of them read now, or those the kernel told
+        (told: {(ifindex, major): backlog}; the others as they were)."""
+        backlog = self.nl.backlogs() if told is None else told
+        if told is None:
+            self.quiet = not any(backlog.get((port.ifindex, self.leaf_base + c), 0)
+                                 for port in self.ports for c in range(self.classes))
         # Each class queue has its own XOFF/XON (a partition of the port's buffer): with
         # 802.3x any congested class pauses the whole port's senders, with PFC its class.
         for port in self.ports:
             for c in range(self.classes):
+                if told is not None and (port.ifindex, self.leaf_base + c) not in told:
+                    continue
                 b = backlog.get((port.ifindex, self.leaf_base + c), 0)
                 key = (port.ifindex, c)
                 was = self.congested.get(key, False)
                 self.congested[key] = b > self.xoff[c] if not was else b > self.xon[c]
-                if self.congested[key] and not was:
+                if self.congested[key] and not was and told is None:
                     # It passed XOFF since the last read: that long, at most, before this one.
                     if self.last_poll is not None:
                         self.xoff_lag_s = max(self.xoff_lag_s, now - self.last_poll)
                     self.woke_to_xoff += self.woke
                     self.woke = False
-        self.last_poll = now
+        if told is None:
+            self.last_poll = now
         # Congested ports per (switch, class): a port is asked to pause for a class
         # when some other port of its switch is congested in it.
         count = {}
@@ -336,6 +406,48 @@ class Agent:
 
     # -- the loop --------------------------------------------------------------------
     def run(self, stop):
+        if self.crossings is not None:
+            self.run_told(stop)
+        else:
+            self.run_grid(stop)
+        now = time.monotonic()
+        for port in self.ports:
+            for gate in port.gates:
+                self.release(gate, now)
+                if gate.storm and self.drop:
+                    self._limit(gate, port.limits[gate.cls])
+
+    def run_told(self, stop):
+        """Woken by the kernel's crossings, the frames the ports receive, and timers."""
+        fds = list(self.by_fd)
+        told = self.crossings.sock.fileno()
+        self.poll(time.monotonic())          # where the queues stand (empty, at the start)
+        self.polls += 1
+        print("READY", flush=True)
+        while not stop:
+            now = time.monotonic()
+            deadline = self.timers(now)
+            for port in self.ports:          # a PAUSE still wanted is sent again at half its length
+                if port.sent_classes:
+                    if now >= port.refresh_at:
+                        self.tell(port, port.sent_classes, now)
+                    deadline = min(deadline, port.refresh_at)
+            timeout = None if deadline == float("inf") else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select(fds + [told], [], [], timeout)
+            now = time.monotonic()
+            if told in ready:
+                backlog = self.crossings.read()
+                if backlog is None:          # messages lost: read every queue
+                    self.poll(now)
+                    self.polls += 1
+                elif backlog:
+                    self.poll(now, backlog)
+                ready.remove(told)
+            for fd in ready:
+                self.receive(self.by_fd[fd], now)
+
+    def run_grid(self, stop):
+        """Reading the queues every interval, asleep while they are empty."""
         interval = self.cfg["interval_us"] / 1e6
         # Reads in a row that found every queue empty before the agent sleeps: a
         # frame's time, so that a flow's gaps between frames do not toggle it.
@@ -392,12 +504,6 @@ class Agent:
                 self.receive(self.by_fd[fd], now)
         if asleep_since is not None:
             self.slept_s += time.monotonic() - asleep_since
-        now = time.monotonic()
-        for port in self.ports:
-            for gate in port.gates:
-                self.release(gate, now)
-                if gate.storm and self.drop:
-                    self._limit(gate, port.limits[gate.cls])
 
     def report(self):
         gaps = sorted(self.gaps_us)
@@ -405,7 +511,10 @@ class Agent:
         def pct(p):
             return round(gaps[min(len(gaps) - 1, int(p / 100 * len(gaps)))], 1) if gaps else None
 
-        return {"polls": self.polls, "poll_gap_us_p50": pct(50), "poll_gap_us_p99": pct(99),
+        # Told by the kernel, a queue's crossing is seen at the enqueue that made it: no lag.
+        return {"watch": "told" if self.crossings is not None else "grid",
+                "crossings_told": self.crossings.told if self.crossings is not None else None,
+                "polls": self.polls, "poll_gap_us_p50": pct(50), "poll_gap_us_p99": pct(99),
                 "sleeps": self.sleeps, "slept_ms": round(self.slept_s * 1000, 3), "woke_to_xoff": self.woke_to_xoff,
                 "xoff_lag_us_max": round(self.xoff_lag_s * 1e6, 1),
                 "poll_gap_us_max": round(gaps[-1], 1) if gaps else None,

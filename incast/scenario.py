@@ -266,8 +266,10 @@ class Pause(_Model):
     # pfc, interval, watchdog and storm take effect with enabled = true (so that one
     # --set pause=false compares a scenario with its flow control off).
     pfc: bool = Field(False, description="per-priority (802.1Qbb): a class queue above its XOFF pauses that class only")
-    interval: TimeUs | None = Field(None, gt=0, description="linux data plane: how often the switches read "
-                                    "their queues (default: a quarter of a full frame's time at the link rate)")
+    interval: TimeUs | None = Field(None, gt=0, description="linux data plane: the switches read their queues "
+                                    "this often instead of being told each XOFF/XON crossing by the kernel "
+                                    "(default: told where the kernel can, as the UML kernels' plug does; "
+                                    "else read every quarter of a full frame's time at the link rate)")
     watchdog: Watchdog | None = None
     storm: Storm | None = None
 

@@ -17,7 +17,7 @@
      (--batch 1) and when one guest runs ten points (the default), at each of --senders-list
 
 Usage (as root, after scripts/setup.sh):
-    /opt/incast/venv/bin/python scripts/benchmark.py [--skip-sweep] [--only one|scale|telemetry|sweep|bmv2|calibrate|phases|batch|figure1|rtl]
+    /opt/incast/venv/bin/python scripts/benchmark.py [--skip-sweep] [--only one|scale|telemetry|sweep|bmv2|calibrate|phases|batch|figure1|rtl|pause]
 It drives the `incast` command as a user would.
 """
 import argparse
@@ -214,6 +214,48 @@ def batch_phases(tmp, senders_list, record=None, batch_size=10, alone=4):
         keep(rows, record)
 
 
+FLOW_CONTROL_POINT = ["scenarios/fast08-collapse.toml", "--testbed", "fast08-procurve", "--clock", "virtual",
+                      "--kernel", "stock", "--link-rate", "1Gbit", "--set", "workload.server_process=shared",
+                      "--set", "workload.blocks=20"]
+
+
+def pause_cost(tmp, senders_list, record=None, repeat=3):
+    """What PAUSE costs a run in host time: FAST'08's flow-control point (fast08-procurve,
+    20 blocks) without PAUSE, with PAUSE as the switches run it by default (told each
+    XOFF/XON crossing by the kernel), and with the switches reading their queues on a
+    grid (a quarter of a frame's time, as they did before the kernel could tell them);
+    the median over `repeat` runs, a guest for the runs of each row, one job."""
+    print("== 11. virtual time: a PAUSE run's host seconds against the same run without PAUSE "
+          "(FAST'08 flow control, 20 blocks)")
+    import pandas as pd
+    rows = []
+    for n in senders_list:
+        base = None
+        for label, extra in (("off", ["--set", "switch.pause.enabled=false"]),
+                             ("told", ["--set", "switch.pause.enabled=true"]),
+                             ("grid", ["--set", "switch.pause.enabled=true", "--set", "switch.pause.interval=3us"])):
+            out = tmp / f"pause{n}-{label}"
+            _, wall, err = incast("sweep", *FLOW_CONTROL_POINT, *extra, "--grid", f"senders={n}",
+                                  "--repeat", repeat, "--batch", repeat, "--jobs", 1, "--fresh", "--out", out)
+            if err:
+                print(f"  {n} senders, PAUSE {label}: FAILED {err}")
+                continue
+            runs = pd.read_parquet(out / "sweep.parquet")
+            host = float(runs["host_seconds"].median())
+            base = host if label == "off" else base
+            row = {"senders": n, "pause": label, "runs": len(runs), "host_s": round(host, 2),
+                   "times_without_pause": round(host / base, 2) if base else None,
+                   "goodput_mbps": round(float(runs["goodput_mbps"].median()), 1),
+                   "drops": int(runs["drops"].median()), "timeouts": int(runs["timeouts"].median()),
+                   "switch_reads": int(runs["switch_pause_polls"].median()) if "switch_pause_polls" in runs else None}
+            rows.append(row)
+            print(f"  {n:>3} senders, PAUSE {label:>4}: {row['host_s']} host s a run "
+                  f"({row['times_without_pause']} times without PAUSE), {row['goodput_mbps']} Mbit/s, "
+                  f"{row['drops']} drops, {row['switch_reads']} reads of the queues")
+    if rows and record:
+        keep(rows, record)
+
+
 def record_phases(rows, path):
     """Step 7's table as the documentation draws it: one row per sender count."""
     keep([{"senders": r["senders"], "host_s": r["host_s"], "build_s": r["build"],
@@ -283,7 +325,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-sweep", action="store_true")
     ap.add_argument("--only", choices=["one", "scale", "telemetry", "sweep", "bmv2", "calibrate", "phases", "batch",
-                                       "figure1", "rtl"])
+                                       "figure1", "rtl", "pause"])
     ap.add_argument("--senders-list", default="1,47,128",
                     help="7, 10: virtual-time runs at these sender counts (e.g. 1,47,128,512,1020)")
     ap.add_argument("--jobs", type=int, default=2, help="8: points at once")
@@ -302,7 +344,8 @@ def main():
                  "batch": lambda tmp: batch_phases(tmp, [int(n) for n in args.senders_list.split(",")],
                                                    args.record),
                  "figure1": lambda tmp: figure1(tmp, args.jobs),
-                 "rtl": lambda tmp: rtl_speed(tmp, record=args.record)}
+                 "rtl": lambda tmp: rtl_speed(tmp, record=args.record),
+                 "pause": lambda tmp: pause_cost(tmp, [int(n) for n in args.senders_list.split(",")], args.record)}
         for name, step in steps.items():
             if args.only and name != args.only:
                 continue

@@ -181,17 +181,41 @@ def test_a_switch_that_reads_its_queues_late_is_not_faithful(gap_us, faithful):
 
 
 @needs("uml-stock")
+def test_the_switch_is_told_each_crossing_and_reads_nothing_between(tmp_path, no_leftovers):
+    """In the UML kernels the plug qdisc tells each XOFF and XON crossing
+    (kernels/patches-um/0004), so hosts/switch_pause.py reads the queues once, at its
+    start, and is woken by the kernel for the rest. FAST'08's 32 KB port with PAUSE at 8
+    servers: every block's burst crosses XOFF (an XOFF and an XON told at least per
+    block), and the queues' telemetry never shows a port past XOFF by more than the
+    headroom the thresholds leave (a switch seeing every enqueue drops nothing)."""
+    blocks = 3
+    s = run_json("scenarios/fast08-collapse.toml", "--testbed", "fast08-procurve", "--clock", "virtual",
+                 "--kernel", "stock", "--link-rate", "1Gbit", "--set", "switch.pause.enabled=true",
+                 "--set", "workload.server_process=shared", "--senders", "8", "--blocks", str(blocks),
+                 "--out", tmp_path / "r")
+    assert s["switch_pause_watch"] == "told", s["switch_pause_watch"]
+    assert s["switch_pause_polls"] == 1, s["switch_pause_polls"]         # the read at its start
+    assert s["switch_pause_crossings_told"] >= 2 * blocks, s["switch_pause_crossings_told"]
+    assert s["pause_frames"] >= blocks, s["pause_frames"]
+    assert s["switch_pause_xoff_lag_us_max"] == 0, s["switch_pause_xoff_lag_us_max"]
+    assert s["fidelity_ok"], s["fidelity_reasons"]
+
+
+@needs("uml-stock")
 def test_the_switch_sleeps_through_quiet_time_and_wakes_for_each_burst(tmp_path, no_leftovers):
-    """hosts/switch_pause.py stops reading the queues once they are empty and sleeps
-    until a frame enters a switch port. FAST'08's 32 KB port with PAUSE at 16 servers
-    (more than its headroom holds: drops, 200 ms timeouts): the timeouts are slept
-    through, and every block's burst, arriving at a sleeping switch, is still seen
+    """Reading on a grid (switch.pause.interval given, or a kernel whose plug cannot
+    tell crossings), hosts/switch_pause.py stops reading the queues once they are empty
+    and sleeps until a frame enters a switch port. FAST'08's 32 KB port with PAUSE at 16
+    servers (more than its headroom holds: drops, 200 ms timeouts): the timeouts are
+    slept through, and every block's burst, arriving at a sleeping switch, is still seen
     crossing XOFF."""
     blocks = 3
     s = run_json("scenarios/fast08-collapse.toml", "--testbed", "fast08-procurve", "--clock", "virtual",
                  "--kernel", "stock", "--link-rate", "1Gbit", "--set", "switch.pause.enabled=true",
+                 "--set", "switch.pause.interval=3us",
                  "--set", "workload.server_process=shared", "--senders", "16", "--blocks", str(blocks),
                  "--out", tmp_path / "r")
+    assert s["switch_pause_watch"] == "grid", s["switch_pause_watch"]
     assert s["timeouts"] >= 1, s["timeouts"]
     # A timeout's 200 ms, at least, asleep; on the grid that were 64500 reads.
     assert s["switch_pause_slept_ms"] >= 200, s["switch_pause_slept_ms"]

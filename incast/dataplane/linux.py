@@ -174,7 +174,10 @@ def flow_control_config(scenario, ports) -> dict:
     frame_us = (mtu + ETH_HLEN + WIRE_OVERHEAD) * 8 / scenario.link.rate * 1e6
     interval = pause.interval or frame_us / 4
     wd = pause.watchdog
-    return {"interval_us": interval, "frame_us": frame_us, "pfc": pause.pfc, "classes": len(limits), "leaf_base": 0x10,
+    return {"interval_us": interval, "frame_us": frame_us,
+            # An interval asked for is a grid asked for (e.g. to see what a slower switch drops).
+            "watch": "grid" if pause.interval else "told",
+            "pfc": pause.pfc, "classes": len(limits), "leaf_base": 0x10,
             "quanta": pause.quanta,
             "xoff": [x for x, _ in thresholds], "xon": [y for _, y in thresholds],
             "watchdog": {"detect_us": wd.detect, "restore_us": wd.restore, "action": wd.action} if wd else None,
@@ -291,7 +294,10 @@ class LinuxDataPlane(DataPlane):
                 "switch_pause_poll_gap_us_max": r["poll_gap_us_max"],
                 "switch_pause_xoff_lag_us_max": r["xoff_lag_us_max"],
                 "switch_pause_sleeps": r["sleeps"], "switch_pause_slept_ms": r["slept_ms"],
-                "switch_pause_woke_to_xoff": r["woke_to_xoff"]}
+                "switch_pause_woke_to_xoff": r["woke_to_xoff"],
+                # "told": the kernel told each XOFF/XON crossing as it happened (the UML
+                # kernels' plug watermarks), no read on a grid; "grid": read every interval.
+                "switch_pause_watch": r["watch"], "switch_pause_crossings_told": r["crossings_told"]}
 
     def telemetry(self, run_dir, host_of_ip: dict[str, str], world_inode: int):
         """In virtual time (User-Mode Linux), the queues' statistics sampled every

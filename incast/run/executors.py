@@ -71,21 +71,26 @@ class Done:
     where: str                  # "local" or the Dask worker's address
 
 
+def _spawn(module_argv: list[str], stderr, env: dict) -> subprocess.Popen:
+    """`python -m MODULE ARGS` as a child of the sweep. setpriv --pdeathsig: it gets
+    SIGTERM (its teardown) when the sweep that started it dies, however it dies (SIGKILL
+    included), instead of running on without it (setpriv, not a preexec_fn as
+    incast.vm.guest.set_pdeathsig: these start from threads). Its messages go to a file,
+    not a pipe, so a child whose sweep died can still write them while it tears down;
+    its standard output is not read (its run directories are)."""
+    return subprocess.Popen(["setpriv", "--pdeathsig", "TERM", sys.executable, "-m", *module_argv],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+
+
 def _incast_run(scenario_file: Path, out: Path, env_extra: dict | None = None) -> tuple[int, str, float]:
     env = dict(os.environ, **(env_extra or {}))
     t = time.monotonic()
-    # -v: the run says what it does; kept for the sweep's own -v and for errors.
-    # setpriv --pdeathsig: a run gets SIGTERM (its teardown) when the sweep that started it
-    # dies, however it dies (SIGKILL included), instead of running on without it (setpriv,
-    # not a preexec_fn as incast.vm.guest.set_pdeathsig: these runs start from threads).
-    # Its messages go to a file, not a pipe, so a run whose sweep died can still write
-    # them while it tears down; its JSON line is not read (the run directory is).
     with tempfile.TemporaryFile("w+") as stderr:
-        r = subprocess.run(["setpriv", "--pdeathsig", "TERM", sys.executable, "-m", "incast", "run",
-                            str(scenario_file), "--out", str(out), "--json", "-v"],
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+        # -v: the run says what it does; kept for the sweep's own -v and for errors.
+        proc = _spawn(["incast", "run", str(scenario_file), "--out", str(out), "--json", "-v"], stderr, env)
+        proc.wait()
         stderr.seek(0)
-        return r.returncode, stderr.read(), time.monotonic() - t
+        return proc.returncode, stderr.read(), time.monotonic() - t
 
 
 def _error_line(returncode: int, stderr: str) -> str:
@@ -220,11 +225,7 @@ def _in_guest_batch(argv: list[str], env_extra: dict, on_line) -> tuple[int, str
     lines to on_line as it is written; (exit status, its stderr)."""
     env = dict(os.environ, **env_extra)
     with tempfile.NamedTemporaryFile("w+", prefix="incast-batch-", suffix=".log") as stderr:
-        # As _incast_run: SIGTERM reaches the batch (and its guest's teardown) when this
-        # process dies; its messages go to a file it can still write while it tears down.
-        proc = subprocess.Popen(["setpriv", "--pdeathsig", "TERM", sys.executable, "-m", "incast.run.in_guest",
-                                 *argv], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
-                                env=env)
+        proc = _spawn(["incast.run.in_guest", *argv], stderr, env)
         text, partial = [], ""
         with open(stderr.name) as follow:
             while True:
