@@ -256,6 +256,11 @@ class Agent:
         self.woke = False          # woken by the doorbell, no XOFF seen since
         self.woke_to_xoff = 0      # wakes whose traffic went on to cross XOFF
         self.crossings = self.watermarks()
+        # A pipe a signal writes a byte to (signal.set_wakeup_fd, main): it wakes the
+        # loop's select, which else resumes waiting (with no timeout while nothing is due).
+        self.signalled, self.wake_fd = os.pipe()
+        os.set_blocking(self.signalled, False)
+        os.set_blocking(self.wake_fd, False)
 
     def watermarks(self):
         """Each class queue's XOFF and XON given to its plug, so that the kernel tells
@@ -433,7 +438,9 @@ class Agent:
                         self.tell(port, port.sent_classes, now)
                     deadline = min(deadline, port.refresh_at)
             timeout = None if deadline == float("inf") else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select(fds + [told], [], [], timeout)
+            ready, _, _ = select.select(fds + [told, self.signalled], [], [], timeout)
+            if self.signalled in ready:
+                ready.remove(self.signalled)
             now = time.monotonic()
             if told in ready:
                 backlog = self.crossings.read()
@@ -489,7 +496,10 @@ class Agent:
                 deadline = min(deadline, next_poll)
             # select: its timeout has microseconds (poll's and epoll's are milliseconds).
             timeout = None if deadline == float("inf") else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select(fds + [bell] if asleep_since is not None else fds, [], [], timeout)
+            ready, _, _ = select.select((fds + [bell] if asleep_since is not None else fds) + [self.signalled],
+                                        [], [], timeout)
+            if self.signalled in ready:
+                ready.remove(self.signalled)
             now = time.monotonic()
             if bell in ready:
                 # A frame entered a switch: read at once, and on the grid from here.
@@ -538,6 +548,7 @@ def main():
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda s, f: stop.append(s))
     agent = Agent(cfg)
+    signal.set_wakeup_fd(agent.wake_fd)
     agent.run(stop)
     print(json.dumps(agent.report()), flush=True)
     return 0
