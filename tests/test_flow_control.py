@@ -198,7 +198,7 @@ def test_the_switch_is_told_each_crossing_and_reads_nothing_between(tmp_path, no
     assert s["switch_pause_crossings_told"] >= 2 * blocks, s["switch_pause_crossings_told"]
     assert s["pause_frames"] >= blocks, s["pause_frames"]
     assert s["switch_pause_xoff_lag_us_max"] == 0, s["switch_pause_xoff_lag_us_max"]
-    assert s["fidelity_ok"], s["fidelity_reasons"]
+    assert s["fidelity"]["ok"], s["fidelity"]["reasons"]
 
 
 @needs("uml-stock")
