@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 import tomllib
@@ -16,11 +17,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from incast import constants
 from incast import scenario as scn
 from incast.campaign.make import cmd_figure
-from incast.errors import EXIT_FAILED, EXIT_INTERRUPTED, IncastError, UsageError
+from incast.errors import EXIT_FAILED, EXIT_INTERRUPTED, IncastError, MissingFeature, RunFailed, UsageError
 from incast.labs import cmd_lab
 from incast.machine.probe import probe
+from incast.measure.calibration import CACHE_DIR as CALIBRATION_DIR
 from incast.machine.resources import cleanup_all
 from incast.measure.results import one_line, single_threaded_arrow
 from incast.pages.catalog import cmd_catalog
@@ -31,7 +34,8 @@ from incast.report.plots import cmd_compare, cmd_telemetry, plot_sweep_dir
 from incast.run import calibrate, sweep
 from incast.run.experiment import run
 from incast.run.phases import block_lines
-from incast.run.points import Store
+from incast.run.points import Store, default_store
+from incast.vm import guest
 
 # (flag, scenario field, help). Values are validated by the scenario model, not here.
 RUN_FLAGS = [
@@ -319,7 +323,50 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("cleanup", help="remove what crashed or killed runs left behind")
     p.set_defaults(func=cmd_cleanup)
+
+    p = sub.add_parser("setup", help="build the kernels runs boot (the UML kernels for virtual time; cached, "
+                                     "keyed by their inputs)")
+    p.add_argument("--vm", action="store_true", help="also the QEMU kernels (stock and hrtimer)")
+    p.add_argument("--low-priority", action="store_true", help="compile at nice 19 (the machine is busy)")
+    p.set_defaults(func=cmd_setup)
+
+    p = sub.add_parser("paths", help="where the testbed finds what a run reads and keeps what it builds")
+    p.set_defaults(func=cmd_paths)
     return ap
+
+
+def cmd_setup(args) -> int:
+    """kernels/build.sh, wherever the package is: a checkout or an installed wheel (its
+    build script and patches are package data; its results go to the kernel cache)."""
+    variants = ["--uml"] + (["--variant", "stock", "--variant", "hrtimer"] if args.vm else [])
+    if not constants.KERNEL_BUILD_SH.is_file():
+        raise MissingFeature(f"{constants.KERNEL_BUILD_SH} is missing: this installation carries no kernel sources")
+    done = guest.kernel_dir("uml-stock") and guest.kernel_dir("uml-hrtimer") and \
+        (not args.vm or guest.kernel_dir())
+    if done:
+        print(f"kernels: built ({guest.kernel_dir('uml-stock')})")
+        return 0
+    print("kernels: building (once; 6 to 18 minutes on 2 cores, then cached)", file=sys.stderr)
+    cmd = ["bash", str(constants.KERNEL_BUILD_SH), *variants] + ([] if args.low_priority else ["--normal-priority"])
+    r = subprocess.run(cmd)
+    if r.returncode:
+        raise RunFailed(f"{' '.join(cmd)} exited with {r.returncode} (its lines above say why; Debian's "
+                        "linux-source-6.12, build-essential, bc, bison, flex and ccache are what it needs)")
+    print(f"kernels: built ({guest.kernel_dir('uml-stock')})")
+    return 0
+
+
+def cmd_paths(args) -> int:
+    """One line a location: the package's data, the caches, and whether each is there."""
+    rows = [("package", constants.PACKAGE), ("data (hosts, topologies, figures, kernels, rtl, ...)", constants.SHARE),
+            ("kernel build script", constants.KERNEL_BUILD_SH), ("UML kernels", guest.kernel_dir("uml-stock")),
+            ("VM kernels", guest.kernel_dir()), ("rtl sources", constants.RTL_DIR), ("labs", constants.LABS_DIR),
+            ("builds (p4, bpf, rtl)", constants.BUILD_DIR), ("calibration", CALIBRATION_DIR), ("point store", default_store()),
+            ("documentation and kept results", constants.DOCS_DIR)]
+    for what, where in rows:
+        state = "not built" if where is None else "" if Path(where).exists() else "  (absent)"
+        print(f"{what}: {where or ''}{state}")
+    return 0
 
 
 def cmd_probe(args) -> int:

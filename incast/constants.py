@@ -18,10 +18,15 @@ TOPOLOGIES_DIR = SHARE / "topologies"    # one Mininet Topo file per kind (incas
 P4_SOURCE = SHARE / "p4src" / "incast.p4"
 FIGURES_DIR = SHARE / "figures"          # its sweep files, relative to SHARE: scenarios/
 TESTBEDS_DIR = SHARE / "testbeds"        # the papers' testbeds as profiles (incast.testbed)
-LABS_DIR = REPO / "labs"
+KERNELS_DIR = SHARE / "kernels"          # the UML and VM kernels' patches, configuration, build.sh
+KERNEL_BUILD_SH = KERNELS_DIR / "build.sh"
+RTL_DIR = SHARE / "rtl"                  # the hardware switch's sources and Verilator harness
+# The teaching labs' folders. The package ships them as incast/lab_folders: incast.labs
+# is the module that lists and checks them.
+LABS_DIR = PACKAGE / "lab_folders" if INSTALLED else REPO / "labs"
+# The documentation and its kept results are the checkout's (an installed package has none).
 DOCS_DIR = REPO / "docs"
 DOC_RESULTS_DIR = DOCS_DIR / "results"   # the runs behind the documentation's tables
-KERNEL_BUILD_SH = REPO / "kernels" / "build.sh"
 # What scripts/ and the data planes build: the checkout's build/ (not committed), or
 # for an installed package the machine's cache.
 BUILD_DIR = (Path(os.environ.get("INCAST_CACHE", "/var/cache/incast")) / "build" if INSTALLED

@@ -210,6 +210,9 @@ def p4_packet_tests(program: Path, tests: str) -> list[str]:
     """Compile `program` and run the packet tests selected by `tests` (pytest -k) of
     tests/test_p4_switch.py against it: what fails, in the tests' own words."""
     repo = LABS_DIR.parent
+    if not (repo / "tests" / "test_p4_switch.py").is_file():
+        return ["program: the packet tests (tests/test_p4_switch.py) come with the testbed's checkout, not with "
+                "the installed package: run incast lab check from a checkout"]
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_p4_switch.py",
                         "-k", tests], cwd=repo, capture_output=True, text=True,
                        env={**os.environ, "INCAST_P4_PROGRAM": str(program.resolve()),

@@ -34,8 +34,9 @@ class DataPlaneEntry:
     trunk_buffer: bool = False      # a trunk port's buffer may differ from a host port's (topology.trunk_buffer)
     max_ports: int = 0              # ports a switch takes
     tools: str = ""                 # what it needs beyond the set-up's base (the figure catalog says it)
-    # Files outside the package its runs execute (globs from the checkout's top): they
-    # date its points in the point store (incast.run.points), and only its own.
+    # Files outside the Python code its runs execute (globs from incast.constants.SHARE:
+    # the checkout's top, or the installed package): they date its points in the point
+    # store (incast.run.points), and only its own.
     sources: tuple[str, ...] = ()
     # Frames a paced switch port may send back to back after idling (its token bucket):
     # the link monitor leaves that many out of each backlogged stretch.

@@ -1,27 +1,94 @@
 """The package installs on its own: what a run reads beside the code (the hosts'
 programs, the topologies, the P4 program, the testbeds, the figures and their sweep
-files) is package data, found where an installed package keeps it."""
+files, the kernels' build script and patches, the RTL switch's sources, the labs) is
+package data, found where an installed package keeps it; installed outside the
+checkout it finds its kernels, lists its labs and runs in virtual time."""
+import json
+import os
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
+from conftest import needs_uml
+
 REPO = Path(__file__).resolve().parent.parent
-SHIPPED = {"hosts": "*.py", "topologies": "*.py", "p4src": "*.p4", "testbeds": "*.toml",
-           "figures": "*.toml", "scenarios": "*.toml"}
+# checkout folder -> (where the wheel keeps it, the files it must carry)
+SHIPPED = {"hosts": ("hosts", "*.py"), "topologies": ("topologies", "*.py"), "p4src": ("p4src", "*.p4"),
+           "testbeds": ("testbeds", "*.toml"), "figures": ("figures", "*.toml"),
+           "scenarios": ("scenarios", "*.toml"), "kernels": ("kernels", "**/*"), "rtl": ("rtl", "**/*"),
+           "labs": ("lab_folders", "**/*")}
 
 
-def test_the_wheel_carries_what_a_run_reads(tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                        "--disable-pip-version-check", "-w", str(tmp_path), str(REPO)],
+                        "--disable-pip-version-check", "-w", str(out), str(REPO)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    wheel, = tmp_path.glob("incast-*.whl")
+    found, = out.glob("incast-*.whl")
+    return found
+
+
+def test_the_wheel_carries_what_a_run_reads(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for folder, pattern in SHIPPED.items():
-        for f in (REPO / folder).glob(pattern):
-            assert f"incast/{folder}/{f.name}" in names, f"{folder}/{f.name} is not in the wheel"
+    for folder, (shipped_as, pattern) in SHIPPED.items():
+        files = [f for f in (REPO / folder).glob(pattern)
+                 if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc"]
+        assert files, f"{folder}/{pattern} matches nothing"
+        for f in files:
+            rel = f.relative_to(REPO / folder).as_posix()
+            assert f"incast/{shipped_as}/{rel}" in names, f"{folder}/{rel} is not in the wheel"
     assert "incast/registry.py" in names and "incast/vm/guest-init.sh" in names
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> dict:
+    """The wheel installed into a directory of its own, outside the checkout; the
+    environment that runs it from there (its dependencies are this interpreter's)."""
+    target = tmp_path_factory.mktemp("installed")
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
+                        "--target", str(target), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return {"target": target, "env": {**os.environ, "PYTHONPATH": str(target)}}
+
+
+def incast(installed, *args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "incast.cli", *args], cwd=installed["target"].parent,
+                          env=installed["env"], capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_installed_package_finds_its_data_and_lists_its_labs(installed):
+    r = incast(installed, "paths")
+    assert r.returncode == 0, r.stderr
+    where = dict(line.split(": ", 1) for line in r.stdout.splitlines())
+    package = installed["target"] / "incast"
+    assert where["package"] == str(package), r.stdout
+    assert where["kernel build script"] == str(package / "kernels" / "build.sh")
+    assert where["rtl sources"] == str(package / "rtl") and where["labs"] == str(package / "lab_folders")
+    # builds go to the machine's cache, never into site-packages
+    assert not where["builds (p4, bpf, rtl)"].startswith(str(installed["target"]))
+    r = incast(installed, "lab", "list")
+    assert r.returncode == 0, r.stderr
+    checkout_labs = sorted(p.name for p in (REPO / "labs").glob("[0-9][0-9]-*"))
+    assert len(r.stdout.splitlines()) == len(checkout_labs) >= 8, r.stdout
+
+
+@needs_uml("uml-hrtimer")
+def test_the_installed_package_finds_the_same_kernels_and_runs_in_virtual_time(installed, tmp_path, no_leftovers):
+    """Its kernels' inputs are the checkout's (the key hashes their contents, not their
+    place): the kernels built from the checkout serve it, and a run boots them."""
+    from incast.vm import guest
+    r = incast(installed, "setup")
+    assert r.returncode == 0 and str(guest.kernel_dir("uml-stock")) in r.stdout, r.stdout + r.stderr
+    r = incast(installed, "run", "--clock", "virtual", "--kernel", "hrtimer", "--senders", "2", "--blocks", "2",
+               "--rto-min", "200us", "--out", str(tmp_path / "run"), timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["kernel"] == "hrtimer" and summary["clock"] == "virtual" and summary["goodput_mbps"] > 500, summary
 
 
 def test_an_installed_package_finds_its_data_beside_its_code():

@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 from mininet.node import Switch
 
+from incast import constants
 from incast.dataplane import DataPlane, port_rate, switch_ports
 from incast.dataplane.forwarding import next_hops
 from incast.errors import MissingFeature
@@ -36,8 +37,7 @@ from incast.machine import netdev
 from incast.measure.postcards import PostcardCollector
 from incast.registry import DATAPLANES
 
-REPO = Path(__file__).resolve().parents[2]
-BUILD_DIR = REPO / "build" / "rtl"
+BUILD_DIR = constants.BUILD_DIR / "rtl"
 # Model sizes built on demand (a switch takes the smallest that has its ports), and
 # the core's bytes a cycle each needs so that its ports, together, never wait for it.
 SIZES = {4: 8, 8: 8, 16: 16, 24: 32, 32: 32, 48: 64}
@@ -78,13 +78,13 @@ def build_model(nports: int, cell_aw: int) -> Path:
     """The harness binary for this size, built once (a minute or more on two cores)."""
     exe = model_dir(nports, cell_aw) / "incast_switch_sim"
     # the model's inputs: the files that also date rtl points in the point store
-    sources = [f for g in DATAPLANES["rtl"].sources for f in REPO.glob(g)]
+    sources = [f for g in DATAPLANES["rtl"].sources for f in constants.SHARE.glob(g)]
     if exe.is_file() and exe.stat().st_mtime >= max(p.stat().st_mtime for p in sources):
         return exe
     if shutil.which("verilator") is None:
         raise MissingFeature("verilator is not installed (scripts/setup.sh installs it): the rtl data plane "
                              "runs the switch's Verilator model")
-    r = subprocess.run(["make", "-C", str(REPO / "rtl" / "harness"), f"NPORTS={nports}", f"LW={LW}",
+    r = subprocess.run(["make", "-C", str(constants.RTL_DIR / "harness"), f"NPORTS={nports}", f"LW={LW}",
                         f"CW={SIZES[nports]}", f"CELL_AW={cell_aw}", f"OUT={model_dir(nports, cell_aw)}"],
                        capture_output=True, text=True)
     if r.returncode or not exe.is_file():
