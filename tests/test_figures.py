@@ -930,3 +930,25 @@ def test_every_claim_is_set_beside_its_verdict_on_the_bytes_over_time():
     assert "too few to decide (10 needed)" in judge.judge_claim(fig, six, fig.claims[1], 941.4, judge.POOLED)[1]
     lines = statistic.table_lines(pairs, {})
     assert "| holds **differs** |" in lines[2] and "differ" in statistic.summary(pairs, 1)
+
+
+def test_a_full_figure_decides_each_claim_on_bytes_over_time_too(tmp_path):
+    """A claim the median decides from six runs is still undecided on bytes over time,
+    which decides from 10 (judge.POOLED_MIN_RUNS): a full figure's make.decide gives its
+    points the runs that decide both (make.DECIDE_ON); a quick figure's, the median's."""
+    fig = figure.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
+    levels = (921.0, 925.0, 928.0, 930.0, 933.0, 936.0)
+    first = table([("200us", 16, g) for g in levels]).assign(point_key=[f"k{i}" for i in range(6)])
+    first.to_parquet(tmp_path / "sweep.parquet")
+    assert judge.undecided_points(fig, first) == []
+    assert judge.undecided_points(fig, first, stats=make.DECIDE_ON) == [("200us", 16.0)]
+    asked = []
+    run_more = more_runs(asked, lambda repeat: pd.concat([first, table(
+        [("200us", 16, levels[i % 6]) for i in range(repeat - 6)]).assign(
+        point_key=[f"n{i}" for i in range(repeat - 6)])]))
+    args = (fig, tmp_path, {}, {}, {"senders": ["16"], "rto_min": ["200us"]}, 6, 80, run_more)
+    assert make.decide(*args) == 6 and asked == []
+    assert make.decide(*args, stats=make.DECIDE_ON) == 10 and asked == [10]
+    t = pd.read_parquet(tmp_path / "sweep.parquet")
+    limit = judge.link_limit(t) * judge.PAYLOAD_SHARE
+    assert [judge.judge_claim(fig, t, fig.claims[0], limit, s)[0] for s in make.DECIDE_ON] == ["holds", "holds"]

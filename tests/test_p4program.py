@@ -82,3 +82,25 @@ def test_two_compiles_of_one_program_at_once_both_get_it(tmp_path, monkeypatch):
         t.join()
     assert not errors and len(got) == 2 and got[0] == got[1] and got[0].is_file(), errors
     assert [p.name for p in (tmp_path / "build").iterdir()] == [got[0].parent.name]   # no work left
+
+
+def test_the_rtl_switchs_address_map_comes_from_its_source(tmp_path):
+    """incast.dataplane.rtl reads the RTL switch's register indexes and regions from
+    rtl/src/incast_switch.sv, as the bmv2 plane reads incast.p4's: a change there moves
+    the Python side with it. The two switches share their settings' indexes where their
+    units agree (the RTL counts cycles where the P4 program counts microseconds)."""
+    from incast.dataplane import rtl
+    assert rtl.address_map() == rtl.ADDRESSES and rtl.OCC == rtl.ADDRESSES["ADDR_OCC"] == 0x4000
+    moved = tmp_path / "incast_switch.sv"
+    moved.write_text(rtl.SWITCH_SOURCE.read_text().replace("ADDR_OCC = 16'h4000", "ADDR_OCC = 16'hE000"))
+    assert rtl.address_map(moved)["ADDR_OCC"] == 0xE000
+    # every region is used by the switch's management decode, and no two overlap
+    source = rtl.SWITCH_SOURCE.read_text()
+    regions = {k: v for k, v in rtl.ADDRESSES.items() if k.startswith("ADDR_")}
+    assert len(set(regions.values())) == len(regions)
+    for name in regions:
+        assert len(re.findall(rf"\b{name}\b", source)) >= 2, f"{name} is declared and never decoded"
+    p4 = p4program.config_registers()
+    shared = set(p4) & set(rtl.CFG)
+    assert {"xoff", "xon", "quanta", "ecn_k", "pfc", "pool_bytes", "pool_alpha16", "tel_mode"} <= shared
+    assert {k: rtl.CFG[k] for k in shared} == {k: p4[k] for k in shared}

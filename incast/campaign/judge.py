@@ -623,22 +623,24 @@ def judge_onset(fig: Figure, table: pd.DataFrame, c: Claim, limit: float, xs: li
     return "not testable", f"{detail} (the grid ends at {last:g}, short of telling the onsets apart)", [], UNREACHED
 
 
-def undecided_points(fig: Figure, table: pd.DataFrame, numbers: bool = False) -> list[tuple[str, float]]:
-    """(series, x) of every point that leaves a claim undecided: where more repetitions
-    decide it (for a gap between two series, both series' runs at that x; for an onset
-    claim, each curve's undecided points past its last point decided not below); with
-    numbers, also every point whose paper number is undecided (number_verdict) after at
-    least the runs one look takes (a point the sweep has fewer runs of, as a quick
-    sweep's, is not what the number is judged on)."""
+def undecided_points(fig: Figure, table: pd.DataFrame, numbers: bool = False,
+                     stats: tuple[str, ...] = (MEDIAN,)) -> list[tuple[str, float]]:
+    """(series, x) of every point that leaves a claim undecided on any of `stats`: where
+    more repetitions decide it (for a gap between two series, both series' runs at that
+    x; for an onset claim, each curve's undecided points past its last point decided not
+    below); with numbers, also every point whose paper number is undecided
+    (number_verdict) after at least the runs one look takes (a point the sweep has fewer
+    runs of, as a quick sweep's, is not what the number is judged on)."""
     limit = link_limit(table) * PAYLOAD_SHARE
     points = []
     for c in fig.claims:
-        verdict, _, found, _ = judge_claim(fig, table, c, limit)
-        if verdict != "undecided":
-            continue
-        for s, x in found:
-            if (s, x) not in points:
-                points.append((s, x))
+        for stat in stats:
+            verdict, _, found, _ = judge_claim(fig, table, c, limit, stat)
+            if verdict != "undecided":
+                continue
+            for s, x in found:
+                if (s, x) not in points:
+                    points.append((s, x))
     for n in fig.paper_numbers if numbers else ():
         v = number_verdict(fig, table, n)
         if v["verdict"] == "undecided" and v["runs"] >= runs_to_decide() and (n.series, n.x) not in points:

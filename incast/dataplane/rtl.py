@@ -18,6 +18,7 @@ format, read by the same collector as bmv2's.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -42,15 +43,39 @@ BUILD_DIR = constants.BUILD_DIR / "rtl"
 # the core's bytes a cycle each needs so that its ports, together, never wait for it.
 SIZES = {4: 8, 8: 8, 16: 16, 24: 32, 32: 32, 48: 64}
 LW = 1                                  # 1 Gbit/s-style ports: a byte a cycle
-# Register addresses of rtl/src/incast_switch.sv (its address map).
-CFG = {"switch_id": 0, "pause_on": 1, "xoff": 2, "xon": 3, "quanta": 4, "pause_cycles": 5,
-       "refresh_cycles": 6, "tel_mode": 7, "tel_n": 8, "tel_threshold": 9, "tel_delta": 10,
-       "ecn_k": 12, "pfc": 13, "obey": 14, "quantum": 15, "pool_bytes": 16, "pool_alpha16": 17, "us_mul": 24}
-PORT_MAC, MAC_TABLE, DSCP_MAP = 0x0100, 0x0400, 0x0600
-LIMIT, XOFF_Q, XON_Q = 0x1000, 0x2000, 0x3000
-OCC, DROPS, TX_PKTS, TX_BYTES, ECN = 0x4000, 0x6000, 0x8000, 0x9000, 0xA000
-PORT_STATS = 0xB000          # + 8 * port + (1 MAC Control in, 2 PAUSE in, 3 XON in, 4 XOFF out, 5 XON out)
-SWITCH_STATS = 0xD000        # + (1 cells used, 2 bytes buffered, 3 postcards, 4 lost, 7 most buffered)
+SWITCH_SOURCE = constants.RTL_DIR / "src" / "incast_switch.sv"
+_LOCALPARAMS = re.compile(r"localparam\s+(?:int|logic\s*\[[^\]]*\])\s+((?:CFG|ADDR)_\w+\s*=[^;]+);")
+_SV_NUMBER = re.compile(r"^(?:\d+'([hdb]))?([0-9a-fA-F_]+)$")
+
+
+def address_map(source: Path = SWITCH_SOURCE) -> dict[str, int]:
+    """The switch's management addresses, read from its RTL source so that the two cannot
+    drift (as incast.p4.program reads the P4 program's): its configuration registers
+    (`CFG_XOFF = 2`) and its regions' bases (`ADDR_OCC = 16'h4000`)."""
+    text = re.sub(r"/\*.*?\*/|//[^\n]*", "", source.read_text(), flags=re.S)
+    found = {}
+    for group in _LOCALPARAMS.findall(text):
+        for item in group.split(","):
+            name, value = (part.strip() for part in item.split("="))
+            m = _SV_NUMBER.match(value)
+            if not m:
+                raise ValueError(f"{source.name}: {name} = {value!r} is not a number")
+            found[name] = int(m.group(2).replace("_", ""), {"h": 16, "b": 2}.get(m.group(1), 10))
+    return found
+
+
+ADDRESSES = address_map()
+# Index of each configuration register: CFG_XOFF -> CFG["xoff"] (the names incast.p4's cfg has).
+CFG = {k[4:].lower(): v for k, v in ADDRESSES.items() if k.startswith("CFG_")}
+# Bases of the regions a port, an entry, a code point or a queue indexes.
+(PORT_MAC, MAC_TABLE, DSCP_MAP, LIMIT, XOFF_Q, XON_Q, OCC, DROPS, TX_PKTS, TX_BYTES, ECN, PORT_STATS,
+ SWITCH_STATS) = (ADDRESSES[f"ADDR_{n}"] for n in (
+     "PORT_MAC", "MAC_TABLE", "DSCP_MAP", "LIMIT", "XOFF_Q", "XON_Q", "OCC", "DROPS", "TX_PKTS", "TX_BYTES", "ECN",
+     "PORT_STATS", "SWITCH_STATS"))
+# PORT_STATS + 8 * port + (1 MAC Control in, 2 PAUSE in, 3 XON in, 4 XOFF out, 5 XON out);
+# SWITCH_STATS + (1 cells used, 2 bytes buffered, 3 postcards, 4 lost, 7 most buffered).
+
+
 def nmac(nports: int) -> int:
     """The model's forwarding entries (rtl/harness/Makefile's NMAC)."""
     return 2 * nports

@@ -85,6 +85,15 @@ module incast_switch #(
                    CFG_OBEY = 14, CFG_QUANTUM = 15, CFG_POOL_BYTES = 16, CFG_POOL_ALPHA16 = 17,
                    CFG_US_MUL = 24;
 
+    // The management port's address map (incast.dataplane.rtl reads these names from
+    // here): a region's base, plus a port's, an entry's, a code point's or a queue's index.
+    localparam logic [15:0] ADDR_PORT_MAC = 16'h0100, ADDR_MAC_TABLE = 16'h0400, ADDR_DSCP_MAP = 16'h0600,
+                            ADDR_PCP_MAP = 16'h0640, ADDR_LIMIT = 16'h1000, ADDR_XOFF_Q = 16'h2000,
+                            ADDR_XON_Q = 16'h3000, ADDR_OCC = 16'h4000, ADDR_QUEUE_PKTS = 16'h5000,
+                            ADDR_DROPS = 16'h6000, ADDR_DROP_BYTES = 16'h7000, ADDR_TX_PKTS = 16'h8000,
+                            ADDR_TX_BYTES = 16'h9000, ADDR_ECN = 16'hA000, ADDR_PORT_STATS = 16'hB000,
+                            ADDR_CONGESTED = 16'hC000, ADDR_SWITCH_STATS = 16'hD000;
+
     if (NPORTS < 2 || CW % LW != 0 || CW < LW) begin : g_bad_parameters
         $error("incast_switch: NPORTS >= 2, and CW a multiple of LW");
     end
@@ -162,32 +171,32 @@ module incast_switch #(
                     default: ;
                 endcase
             for (int p = 0; p < NPORTS; p++) begin
-                if (mgmt_addr == 16'h0100 + 16'(p * 4)) port_mac[p][31:0] <= mgmt_wdata;
-                if (mgmt_addr == 16'h0101 + 16'(p * 4)) port_mac[p][47:32] <= mgmt_wdata[15:0];
-                if (mgmt_addr == 16'h0102 + 16'(p * 4)) shaper[p] <= mgmt_wdata;
+                if (mgmt_addr == ADDR_PORT_MAC + 16'(p * 4)) port_mac[p][31:0] <= mgmt_wdata;
+                if (mgmt_addr == ADDR_PORT_MAC + 16'(p * 4 + 1)) port_mac[p][47:32] <= mgmt_wdata[15:0];
+                if (mgmt_addr == ADDR_PORT_MAC + 16'(p * 4 + 2)) shaper[p] <= mgmt_wdata;
             end
             for (int e = 0; e < NMAC; e++) begin
-                if (mgmt_addr == 16'h0400 + 16'(e * 2)) fwd_mac[e][31:0] <= mgmt_wdata;
-                if (mgmt_addr == 16'h0401 + 16'(e * 2)) begin
+                if (mgmt_addr == ADDR_MAC_TABLE + 16'(e * 2)) fwd_mac[e][31:0] <= mgmt_wdata;
+                if (mgmt_addr == ADDR_MAC_TABLE + 16'(e * 2 + 1)) begin
                     fwd_mac[e][47:32] <= mgmt_wdata[15:0];
                     fwd_port[e] <= mgmt_wdata[16 +: PW];
                     fwd_valid[e] <= mgmt_wdata[31];
                 end
             end
             for (int d = 0; d < 64; d++)
-                if (mgmt_addr == 16'h0600 + 16'(d)) begin
+                if (mgmt_addr == ADDR_DSCP_MAP + 16'(d)) begin
                     dscp_class[d] <= mgmt_wdata[2:0];
                     dscp_valid[d] <= mgmt_wdata[8];
                 end
             for (int c = 0; c < 8; c++)
-                if (mgmt_addr == 16'h0640 + 16'(c)) begin
+                if (mgmt_addr == ADDR_PCP_MAP + 16'(c)) begin
                     pcp_class[c] <= mgmt_wdata[2:0];
                     pcp_valid[c] <= mgmt_wdata[8];
                 end
             for (int q = 0; q < NQ; q++) begin
-                if (mgmt_addr == 16'h1000 + 16'(q)) limit_bytes[q] <= mgmt_wdata;
-                if (mgmt_addr == 16'h2000 + 16'(q)) xoff_bytes[q] <= mgmt_wdata;
-                if (mgmt_addr == 16'h3000 + 16'(q)) xon_bytes[q] <= mgmt_wdata;
+                if (mgmt_addr == ADDR_LIMIT + 16'(q)) limit_bytes[q] <= mgmt_wdata;
+                if (mgmt_addr == ADDR_XOFF_Q + 16'(q)) xoff_bytes[q] <= mgmt_wdata;
+                if (mgmt_addr == ADDR_XON_Q + 16'(q)) xon_bytes[q] <= mgmt_wdata;
             end
         end
     end
@@ -1093,16 +1102,16 @@ module incast_switch #(
                           CFG_OBEY: mgmt_rdata = {31'd0, cfg_obey};
                           default: mgmt_rdata = '0;
                       endcase
-            4'h1: if (32'(i) < NQ) mgmt_rdata = limit_bytes[qi];
-            4'h4: if (32'(i) < NQ) mgmt_rdata = occ[qi];
-            4'h5: if (32'(i) < NQ) mgmt_rdata = {16'd0, q_pkts[qi]};
-            4'h6: if (32'(i) < NQ) mgmt_rdata = st_drop_pkts[qi];
-            4'h7: if (32'(i) < NQ) mgmt_rdata = st_drop_bytes[qi];
-            4'h8: if (32'(i) < NQ) mgmt_rdata = st_tx_pkts[qi];
-            4'h9: if (32'(i) < NQ) mgmt_rdata = st_tx_bytes[qi];
-            4'hA: if (32'(i) < NQ) mgmt_rdata = st_ecn[qi];
-            4'hC: if (32'(i) < NQ) mgmt_rdata = {31'd0, q_congested[qi]};
-            4'hB: if (32'(i[11:3]) < NPORTS)
+            ADDR_LIMIT[15:12]: if (32'(i) < NQ) mgmt_rdata = limit_bytes[qi];
+            ADDR_OCC[15:12]: if (32'(i) < NQ) mgmt_rdata = occ[qi];
+            ADDR_QUEUE_PKTS[15:12]: if (32'(i) < NQ) mgmt_rdata = {16'd0, q_pkts[qi]};
+            ADDR_DROPS[15:12]: if (32'(i) < NQ) mgmt_rdata = st_drop_pkts[qi];
+            ADDR_DROP_BYTES[15:12]: if (32'(i) < NQ) mgmt_rdata = st_drop_bytes[qi];
+            ADDR_TX_PKTS[15:12]: if (32'(i) < NQ) mgmt_rdata = st_tx_pkts[qi];
+            ADDR_TX_BYTES[15:12]: if (32'(i) < NQ) mgmt_rdata = st_tx_bytes[qi];
+            ADDR_ECN[15:12]: if (32'(i) < NQ) mgmt_rdata = st_ecn[qi];
+            ADDR_CONGESTED[15:12]: if (32'(i) < NQ) mgmt_rdata = {31'd0, q_congested[qi]};
+            ADDR_PORT_STATS[15:12]: if (32'(i[11:3]) < NPORTS)
                       case (i[2:0])
                           3'd0: mgmt_rdata = port_bytes[pi];
                           3'd1: mgmt_rdata = st_ctl_rx[pi];
@@ -1113,7 +1122,7 @@ module incast_switch #(
                           3'd6: mgmt_rdata = st_rx_err[pi];
                           default: mgmt_rdata = {31'd0, congested[pi]};
                       endcase
-            4'hD:
+            ADDR_SWITCH_STATS[15:12]:
                 case (i)
                     12'd0: mgmt_rdata = {16'd0, n_congested};
                     12'd1: mgmt_rdata = 32'(cells_used);
