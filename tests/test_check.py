@@ -176,7 +176,7 @@ def test_a_failed_check_names_the_figure_and_the_command_that_makes_it_again():
                            {1: ("does not hold", "holds")}, "disagrees", "the fresh runs differ")
     text = check.FigureCheck("sigcomm09-fig1", [bad]).message()
     assert text.startswith("sigcomm09-fig1: today's code does not give the kept result")
-    assert "incast figure sigcomm09-fig1 --repeat 6 --jobs 2 --out results/sigcomm09-fig1, then" in text
+    assert "make it again: incast catalog sigcomm09-fig1 --jobs 2 (from a clean tree at a commit on main" in text
 
 
 KEPT = [n for n in figure.known() if kept.full(n) is not None]

@@ -52,8 +52,8 @@ SCREEN_ALPHA = 0.05     # below it the first look runs more
 ALPHA = 2e-4            # a point disagrees below it: at ~60 deciding points, <= 1.2 % a suite
 SEED_OFFSET = 1000      # fresh runs' seeds: base + SEED_OFFSET + r, apart from the kept runs'
 
-REMAKE = ("incast figure {name} --repeat 6 --jobs 2 --out results/{name}, then its sweep.parquet, "
-          "sweep.json and figure.png into docs/figure-results/{name}/")
+REMAKE = ("incast catalog {name} --jobs 2 (from a clean tree at a commit on main: it writes "
+          "docs/figure-results/{name}/, the scoreboard and the doc tables)")
 
 
 @dataclass(frozen=True)
