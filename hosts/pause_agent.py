@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Honour 802.3x PAUSE frames on a host whose NIC ignores them (veth does).
 
+Where the host's kernel has the plug qdisc of kernels/patches-um/0005, the plug obeys
+PAUSE itself and no agent runs (incast/network/flow_control.py); this agent is for the
+other kernels, for switch.pause.hosts = "agent", and for the host that storms.
+
 Listens on the host's interface for MAC Control frames (EtherType 0x8808). A PAUSE
 with quanta q stops the host's egress for q x 512 bit-times at the link rate; quanta 0,
 or the expiry of the last PAUSE, resumes it. A PFC frame (opcode 0x0101) is treated as

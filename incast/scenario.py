@@ -263,13 +263,17 @@ class Pause(_Model):
     xoff: Size | None = None
     xon: Size | None = None
     quanta: int = Field(0xFFFF, ge=1, le=0xFFFF, description="pause quanta sent at XOFF (512 bit times each)")
-    # pfc, interval, watchdog and storm take effect with enabled = true (so that one
+    # pfc, interval, hosts, watchdog and storm take effect with enabled = true (so that one
     # --set pause=false compares a scenario with its flow control off).
     pfc: bool = Field(False, description="per-priority (802.1Qbb): a class queue above its XOFF pauses that class only")
     interval: TimeUs | None = Field(None, gt=0, description="linux data plane: the switches read their queues "
                                     "this often instead of being told each XOFF/XON crossing by the kernel "
                                     "(default: told where the kernel can, as the UML kernels' plug does; "
                                     "else read every quarter of a full frame's time at the link rate)")
+    hosts: Literal["kernel", "agent"] = Field(
+        "kernel", description="how the hosts obey PAUSE: kernel, their NIC's plug qdisc obeys it itself "
+        "where the kernel can (the UML kernels, kernels/patches-um/0005), else an agent "
+        "(hosts/pause_agent.py); agent, the agent on every host")
     watchdog: Watchdog | None = None
     storm: Storm | None = None
 

@@ -221,10 +221,12 @@ FLOW_CONTROL_POINT = ["scenarios/fast08-collapse.toml", "--testbed", "fast08-pro
 
 def pause_cost(tmp, senders_list, record=None, repeat=3):
     """What PAUSE costs a run in host time: FAST'08's flow-control point (fast08-procurve,
-    20 blocks) without PAUSE, with PAUSE as the switches run it by default (told each
-    XOFF/XON crossing by the kernel), and with the switches reading their queues on a
-    grid (a quarter of a frame's time, as they did before the kernel could tell them);
-    the median over `repeat` runs, a guest for the runs of each row, one job."""
+    20 blocks) without PAUSE; with PAUSE as runs have it by default (the switches told
+    each XOFF/XON crossing by the kernel, the hosts' kernel obeying PAUSE in their NIC's
+    plug); with the hosts obeying through their agent instead (switch.pause.hosts=agent,
+    as before the kernel could); and with the switches reading their queues on a grid (a
+    quarter of a frame's time, as they did before the kernel could tell them); the
+    median over `repeat` runs, a guest for the runs of each row, one job."""
     print("== 11. virtual time: a PAUSE run's host seconds against the same run without PAUSE "
           "(FAST'08 flow control, 20 blocks)")
     import pandas as pd
@@ -233,6 +235,7 @@ def pause_cost(tmp, senders_list, record=None, repeat=3):
         base = None
         for label, extra in (("off", ["--set", "switch.pause.enabled=false"]),
                              ("told", ["--set", "switch.pause.enabled=true"]),
+                             ("agent", ["--set", "switch.pause.enabled=true", "--set", "switch.pause.hosts=agent"]),
                              ("grid", ["--set", "switch.pause.enabled=true", "--set", "switch.pause.interval=3us"])):
             out = tmp / f"pause{n}-{label}"
             _, wall, err = incast("sweep", *FLOW_CONTROL_POINT, *extra, "--grid", f"senders={n}",
@@ -247,11 +250,15 @@ def pause_cost(tmp, senders_list, record=None, repeat=3):
                    "times_without_pause": round(host / base, 2) if base else None,
                    "goodput_mbps": round(float(runs["goodput_mbps"].median()), 1),
                    "drops": int(runs["drops"].median()), "timeouts": int(runs["timeouts"].median()),
-                   "switch_reads": int(runs["switch_pause_polls"].median()) if "switch_pause_polls" in runs else None}
+                   "switch_reads": int(runs["switch_pause_polls"].median()) if "switch_pause_polls" in runs else None,
+                   "pause_frames": int(runs["pause_frames"].median()) if "pause_frames" in runs else None,
+                   "hosts_obeyed_by": (runs["host_pause_obeyed_by"].iloc[0]
+                                       if "host_pause_obeyed_by" in runs else None)}
             rows.append(row)
-            print(f"  {n:>3} senders, PAUSE {label:>4}: {row['host_s']} host s a run "
+            print(f"  {n:>3} senders, PAUSE {label:>5}: {row['host_s']} host s a run "
                   f"({row['times_without_pause']} times without PAUSE), {row['goodput_mbps']} Mbit/s, "
-                  f"{row['drops']} drops, {row['switch_reads']} reads of the queues")
+                  f"{row['drops']} drops, {row['pause_frames']} PAUSE frames, {row['switch_reads']} reads of the queues, "
+                  f"hosts obeyed by {row['hosts_obeyed_by']}")
     if rows and record:
         keep(rows, record)
 

@@ -180,25 +180,141 @@ def test_a_switch_that_reads_its_queues_late_is_not_faithful(gap_us, faithful):
         assert verdict["reasons"] == ["PAUSE could not keep this switch lossless"], verdict
 
 
+TOLD_BLOCKS = 3
+
+
+@pytest.fixture(scope="module")
+def fast08_pause(tmp_path_factory):
+    """FAST'08's 32 KB port with PAUSE at 8 servers, as runs have it by default."""
+    return runs_leaving_nothing(tmp_path_factory.mktemp("fast08"), "fast08-collapse.toml", {"pause": []}, (
+        "--testbed", "fast08-procurve", "--clock", "virtual", "--kernel", "stock", "--link-rate", "1Gbit",
+        "--set", "switch.pause.enabled=true", "--set", "workload.server_process=shared", "--senders", "8",
+        "--blocks", str(TOLD_BLOCKS)))["pause"]
+
+
 @needs("uml-stock")
-def test_the_switch_is_told_each_crossing_and_reads_nothing_between(tmp_path, no_leftovers):
+def test_the_switch_is_told_each_crossing_and_reads_nothing_between(fast08_pause, no_leftovers):
     """In the UML kernels the plug qdisc tells each XOFF and XON crossing
     (kernels/patches-um/0004), so hosts/switch_pause.py reads the queues once, at its
     start, and is woken by the kernel for the rest. FAST'08's 32 KB port with PAUSE at 8
     servers: every block's burst crosses XOFF (an XOFF and an XON told at least per
     block), and the queues' telemetry never shows a port past XOFF by more than the
     headroom the thresholds leave (a switch seeing every enqueue drops nothing)."""
-    blocks = 3
-    s = run_json("scenarios/fast08-collapse.toml", "--testbed", "fast08-procurve", "--clock", "virtual",
-                 "--kernel", "stock", "--link-rate", "1Gbit", "--set", "switch.pause.enabled=true",
-                 "--set", "workload.server_process=shared", "--senders", "8", "--blocks", str(blocks),
-                 "--out", tmp_path / "r")
+    blocks, s = TOLD_BLOCKS, fast08_pause
     assert s["switch_pause_watch"] == "told", s["switch_pause_watch"]
     assert s["switch_pause_polls"] == 1, s["switch_pause_polls"]         # the read at its start
     assert s["switch_pause_crossings_told"] >= 2 * blocks, s["switch_pause_crossings_told"]
     assert s["pause_frames"] >= blocks, s["pause_frames"]
     assert s["switch_pause_xoff_lag_us_max"] == 0, s["switch_pause_xoff_lag_us_max"]
     assert s["fidelity"]["ok"], s["fidelity"]["reasons"]
+
+
+@needs("uml-stock")
+def test_the_hosts_kernel_obeys_pause_and_no_agent_runs(fast08_pause, no_leftovers):
+    """In the UML kernels each host's NIC plug obeys PAUSE itself
+    (kernels/patches-um/0005): no host starts hosts/pause_agent.py, every frame the
+    switch sent a host was obeyed by that host's kernel, its queue was held, and the
+    port stayed lossless (as with the agents: 0 drops at 8 servers)."""
+    s = fast08_pause
+    assert s["host_pause_obeyed_by"] == "kernel" and s["host_pause_agents"] == 0, s["host_pause_obeyed_by"]
+    sent = s["pause_frames_sent"] + s["xon_frames_sent"]
+    assert sent >= TOLD_BLOCKS and s["pause_frames_received"] == sent, (s["pause_frames_received"], sent)
+    assert s["paused_ms"] > 0, s["paused_ms"]
+    # The kernel stops the queue as the frame arrives: no reaction measured, and the
+    # headroom needed is the frames on their way and the one on the wire.
+    assert s["pause_reaction_us_p50"] is None and s["pause_reaction_worst_us"] == 0
+    assert s["pause_headroom_needed_bytes"] <= s["pause_headroom_bytes"], s
+    assert s["drops"] == 0, s["drops"]
+    assert s["fidelity"]["ok"], s["fidelity"]["reasons"]
+
+
+class _Host:
+    def __init__(self, name):
+        self.name = name
+
+
+def test_hosts_whose_plug_refuses_to_obey_fall_back_to_their_agent(monkeypatch):
+    """A kernel whose plug lacks TCQ_PLUG_OBEY (the host's, the QEMU kernels, UML
+    kernels before kernels/patches-um/0005) refuses it with EINVAL: that host is left
+    to its agent, and any other error fails the run. switch.pause.hosts=agent asks for
+    agents everywhere."""
+    import errno
+    from types import SimpleNamespace
+    from incast.errors import RunFailed
+    from incast.network import flow_control, hostconfig
+    from incast.scenario import build
+    s = build({"switch": {"pause": {"enabled": True}}, "link": {"rate": "1Gbit"}})
+    features = SimpleNamespace(qdiscs={"plug": True})
+    hosts = [_Host("h1"), _Host("h2")]
+    told = []
+
+    class Everyone:     # each host's function, here in this namespace
+        def __init__(self, hosts, fn, errors=(OSError,)):
+            self.results = {}
+            for h in hosts:
+                try:
+                    self.results[h.name] = (None, fn(h))
+                except errors as e:
+                    self.results[h.name] = (str(e), None)
+
+        def join(self):
+            return self.results
+
+    def plug_action(index, *, handle, parent, action, limit):
+        told.append((index, action, limit))
+        if index == 2:
+            raise OSError(refusal, "refused")
+    monkeypatch.setattr(hostconfig, "InEachNamespace", Everyone)
+    monkeypatch.setattr(flow_control.socket, "if_nametoindex", lambda name: int(name[-1]))
+    monkeypatch.setattr(flow_control.netdev, "plug_action", plug_action)
+    for h in hosts:
+        h.defaultIntf = (lambda n: lambda: SimpleNamespace(name=f"eth{n}"))(h.name[-1])
+    classes = {"h1": {0, 2}, "h2": {0}}
+    refusal = errno.EINVAL
+    assert [h.name for h in flow_control.obey_in_kernel(hosts, s, features, classes)] == ["h1"]
+    # h1: its classes (0b101), then the rate in kbit/s
+    assert told[:2] == [(1, 7, 0b101), (1, 6, 1_000_000)], told
+    refusal = errno.EPERM
+    with pytest.raises(RunFailed, match="obey PAUSE"):
+        flow_control.obey_in_kernel(hosts, s, features, classes)
+    agents = build({"switch": {"pause": {"enabled": True, "hosts": "agent"}}, "link": {"rate": "1Gbit"}})
+    told.clear()
+    assert flow_control.obey_in_kernel(hosts, agents, features, classes) == [] and not told
+    assert flow_control.obey_in_kernel(hosts, s, SimpleNamespace(qdiscs={}), classes) == []
+
+
+def test_the_summary_says_how_the_hosts_obeyed(monkeypatch):
+    """The kernels' counts join the agents' (frames obeyed, time paused); the hosts that
+    obeyed in the kernel add no reaction, so the headroom needed is that of a reaction of
+    0 (the frame on the wire)."""
+    from types import SimpleNamespace
+    from incast.network import flow_control, hostconfig
+    from incast.scenario import build
+
+    class Everyone:
+        def __init__(self, hosts, fn, errors=(OSError,)):
+            self.results = {h.name: (None, fn(h)) for h in hosts}
+
+        def join(self):
+            return self.results
+    monkeypatch.setattr(hostconfig, "InEachNamespace", Everyone)
+    monkeypatch.setattr(flow_control.socket, "if_nametoindex", lambda name: 1)
+    monkeypatch.setattr(flow_control.netdev, "plug_xstats", lambda index, handle: {
+        "pause_frames": 10, "resume_frames": 4, "pfc_ignored": 1, "paused_ns": 2_500_000})
+    hosts = [_Host("h1"), _Host("h2")]
+    for h in hosts:
+        h.defaultIntf = lambda: SimpleNamespace(name="eth0")
+    pause = {"paused_ms": 1.0, "pause_frames_received": 3, "pause_token_frames": 0, "reaction_us": [],
+             "pause_frames_sent": 20, "xon_frames_sent": 8}
+    pause.update(flow_control.obeyed_in_kernel(hosts, pause, agents=0, where=("1:1", "10:")))
+    assert pause["host_pause_obeyed_by"] == "kernel" and pause["host_pause_pfc_ignored"] == 2
+    assert pause["pause_frames_received"] == 3 + 28 and pause["paused_ms"] == 6.0
+    assert flow_control.obeyed_in_kernel([], pause, agents=2)["host_pause_obeyed_by"] == "agent"
+    assert flow_control.obeyed_in_kernel(hosts, pause, 1, ("1:1", "10:"))["host_pause_obeyed_by"] == "kernel and agent"
+    s = build({"switch": {"pause": {"enabled": True}}, "topology": {"senders": 8}, "link": {"rate": "1Gbit"}})
+    summary = flow_control.pause_summary(s, pause)
+    assert summary["pause_reaction_worst_us"] == 0.0 and summary["pause_reaction_us_p50"] is None
+    assert summary["pause_headroom_needed_bytes"] == flow_control.headroom_needed(s, 0.0)
 
 
 @needs("uml-stock")
@@ -225,3 +341,26 @@ def test_the_switch_sleeps_through_quiet_time_and_wakes_for_each_burst(tmp_path,
     # asleep; with 5 blocks 77522 reads and 78 host seconds, where reading on the grid
     # throughout took 836192 and 568).
     assert s["switch_pause_woke_to_xoff"] >= blocks, s["switch_pause_woke_to_xoff"]
+
+
+def test_a_host_with_a_link_delay_obeys_in_a_plug_under_netem():
+    """A link delay puts netem under the NIC's token bucket, where the plug would be:
+    the plug the kernel obeys in goes under netem (frames that served their delay wait
+    in it, as they wait in the token bucket the agent stops). With agents asked for, the
+    NIC is as before: the agent slows the token bucket."""
+    from types import SimpleNamespace
+    from incast.network import hostconfig
+    from incast.scenario import build
+    features = SimpleNamespace(qdiscs={"plug": True}, clock=SimpleNamespace(exact_timers=True))
+    delayed = {"switch": {"pause": {"enabled": True}}, "link": {"rate": "1Gbit", "delay": "50us"}}
+    s = build(delayed)
+    assert hostconfig.obeying_plug(s, features) == ("10:1", "20:")
+    lines = hostconfig.nic_tc_commands("h0", s, features)
+    assert lines.index(next(ln for ln in lines if " netem " in ln)) < lines.index(
+        next(ln for ln in lines if "parent 10:1 handle 20: plug limit" in ln)), lines
+    assert lines[-1] == "tc qdisc change dev h0 parent 10:1 handle 20: plug release_indefinite", lines
+    agents = build({**delayed, "switch": {"pause": {"enabled": True, "hosts": "agent"}}})
+    assert hostconfig.obeying_plug(agents, features) is None
+    assert not any(" plug " in ln for ln in hostconfig.nic_tc_commands("h0", agents, features))
+    assert hostconfig.obeying_plug(build({"link": {"rate": "1Gbit"}}), features) is None
+    assert hostconfig.obeying_plug(build({"switch": {"pause": {"enabled": True}}}), features) == ("1:1", "10:")

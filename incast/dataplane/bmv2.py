@@ -15,7 +15,8 @@ and PFC at its ports with a hold loop instead: each switch has a veth pair from 
 HOLD_PORT back to HOLD_RETURN_PORT, and a packet for a paused (port, class) goes round
 it, paced at the link rate, until the pause ends, still counted in its port's buffer
 (so PAUSE spreads from switch to switch). What the paused port's egress queue already
-held still leaves. Hosts obey PAUSE through hosts/pause_agent.py. Queues are
+held still leaves. Hosts obey PAUSE through hosts/pause_agent.py (their kernel's plug,
+where it can obey PAUSE itself: incast/network/flow_control.py). Queues are
 configured over Thrift (simple_switch_CLI), not P4Runtime.
 """
 from __future__ import annotations

@@ -22,6 +22,7 @@ import ctypes
 import fcntl
 import fnmatch
 import json
+import os
 import socket
 import struct
 import subprocess
@@ -225,3 +226,94 @@ def plug(ipr, index: int, *, handle: str, parent: str, action: str, limit: int =
                action=f"TCQ_PLUG_{action.upper()}", limit=limit)
     except Exception as e:
         raise NetdevError(f"plug {action} on ifindex {index} failed: {e}") from None
+
+
+# --- a plug that obeys MAC Control frames itself (kernels/patches-um/0005) ---
+#
+# Actions of struct tc_plug_qopt that neither tc nor pyroute2 has a word for, and the
+# plug's TCA_XSTATS (struct tc_plug_xstats), over a netlink socket of the calling
+# thread's namespace. A kernel whose plug lacks them refuses the actions with EINVAL.
+
+TCQ_PLUG_OBEY, TCQ_PLUG_OBEY_PFC = 6, 7
+_NLMSGHDR = struct.Struct("=IHHII")
+_TCMSG = struct.Struct("=BxxxiIII")           # family, ifindex, handle, parent, info
+_RTATTR = struct.Struct("=HH")
+_PLUG_QOPT = struct.Struct("=iI")             # action, limit
+_PLUG_XSTATS = struct.Struct("=IIIIQ")        # pause, resume, PFC ignored, pad, paused ns
+_RTM_GETQDISC, _NLMSG_ERROR, _NLMSG_DONE, _NLM_F_DUMP = 38, 2, 3, 0x300
+_TCA_KIND, _TCA_OPTIONS, _TCA_XSTATS = 1, 2, 4
+
+
+def _rtattr(kind: int, payload: bytes) -> bytes:
+    attr = _RTATTR.pack(_RTATTR.size + len(payload), kind) + payload
+    return attr + b"\0" * (-len(attr) % 4)
+
+
+def _rtattrs(data: bytes):
+    offset = 0
+    while offset + _RTATTR.size <= len(data):
+        length, kind = _RTATTR.unpack_from(data, offset)
+        if length < _RTATTR.size:
+            return
+        yield kind & 0x3FFF, data[offset + _RTATTR.size:offset + length]
+        offset += (length + 3) & ~3
+
+
+def _netlink_messages(sock, seq: int):
+    """(type, payload) of each answer to request seq, until its ack or dump's end."""
+    while True:
+        data = sock.recv(1 << 16)
+        offset = 0
+        while offset + _NLMSGHDR.size <= len(data):
+            length, kind, _, mseq, _ = _NLMSGHDR.unpack_from(data, offset)
+            if length < _NLMSGHDR.size:
+                return
+            payload = data[offset + _NLMSGHDR.size:offset + length]
+            offset += (length + 3) & ~3
+            if mseq != seq:
+                continue
+            if kind == _NLMSG_ERROR:
+                err = struct.unpack_from("=i", payload)[0]
+                if err:
+                    raise OSError(-err, os.strerror(-err))
+                return
+            if kind == _NLMSG_DONE:
+                return
+            yield kind, payload
+
+
+def plug_action(index: int, *, handle: str, parent: str, action: int, limit: int) -> None:
+    """`tc qdisc change dev DEV parent P handle H plug` with a raw tc_plug_qopt action;
+    raises OSError with the kernel's errno."""
+    body = (_TCMSG.pack(socket.AF_UNSPEC, index, transform_handle(handle), transform_handle(parent), 0)
+            + _rtattr(_TCA_KIND, b"plug\0") + _rtattr(_TCA_OPTIONS, _PLUG_QOPT.pack(action, limit)))
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as sock:
+        sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(body), RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK, 1, 0)
+                  + body)
+        for _ in _netlink_messages(sock, 1):
+            pass
+
+
+def plug_xstats(index: int, handle: str) -> dict | None:
+    """The plug's MAC Control statistics (struct tc_plug_xstats): frames that paused
+    and resumed it, PFC frames it ignored, the time it was paused; None where the plug
+    dumps none (a kernel without them)."""
+    want = transform_handle(handle)
+    body = _TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
+    found = None
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as sock:
+        sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(body), _RTM_GETQDISC, NLM_F_REQUEST | _NLM_F_DUMP, 1, 0)
+                  + body)
+        for kind, payload in _netlink_messages(sock, 1):
+            if kind != RTM_NEWQDISC:
+                continue
+            _, ifindex, qhandle, _, _ = _TCMSG.unpack_from(payload)
+            if ifindex != index or qhandle != want:
+                continue
+            attrs = dict(_rtattrs(payload[_TCMSG.size:]))
+            xstats = attrs.get(_TCA_XSTATS, b"")
+            if attrs.get(_TCA_KIND) == b"plug\0" and len(xstats) >= _PLUG_XSTATS.size:
+                pause, resume, ignored, _, paused_ns = _PLUG_XSTATS.unpack_from(xstats)
+                found = {"pause_frames": pause, "resume_frames": resume, "pfc_ignored": ignored,
+                         "paused_ns": paused_ns}
+    return found

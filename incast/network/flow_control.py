@@ -1,9 +1,13 @@
 """Flow control while a run measures: PAUSE (802.3x) and PFC (802.1Qbb) at the hosts
 and the switches.
 
-A veth ignores PAUSE, so with ``switch.pause`` on each host runs an agent
-(hosts/pause_agent.py) that stops its NIC's queue when a PAUSE reaches it, and the
-data plane starts what sends and obeys PAUSE at the switches
+A veth ignores PAUSE. With ``switch.pause`` on, a host whose NIC queue has the plug
+qdisc of the UML kernels (kernels/patches-um/0005) has its kernel obey PAUSE and PFC
+there, as a NIC's MAC does: the plug holds the queue for the quanta the frame asks, no
+process wakes. Any other host (a kernel whose plug refuses that, a NIC without the plug,
+the host that storms) runs an agent (hosts/pause_agent.py) that stops its NIC's queue
+when a PAUSE reaches it. The data plane starts what sends and obeys PAUSE at the
+switches
 (``DataPlane.start_flow_control``: a process for the linux plane, nothing for a P4
 switch that does it in its pipeline). A storming host's agent keeps sending PAUSE from
 ``switch.pause.storm.after`` past the first measured block. What they did lands in
@@ -13,8 +17,10 @@ needs against the headroom the buffer has) and, per switch port, in
 """
 from __future__ import annotations
 
+import errno
 import json
 import signal
+import socket
 import subprocess
 import sys
 
@@ -23,6 +29,7 @@ import numpy as np
 from incast.constants import ETH_HLEN, HOSTS_DIR
 from incast.errors import RunFailed
 from incast.measure.instrument import Instrument, Readings
+from incast.machine import netdev
 from incast.network import hostconfig
 from incast.scenario import PAUSE_FRAMES_IN_FLIGHT
 
@@ -32,6 +39,7 @@ class FlowControl(Instrument):
     def __init__(self, bench):
         super().__init__(bench)
         self.agents: list = []       # (host, its agent's process)
+        self.in_kernel: list = []    # the hosts whose kernel obeys PAUSE itself
         self.storming = False
 
     @classmethod
@@ -42,7 +50,13 @@ class FlowControl(Instrument):
         b, scenario = self.bench, self.bench.scenario
         classes = host_classes(scenario, b.net.hosts, b.servers, b.dscps)
         storm = scenario.switch.pause.storm
+        # The storming host keeps its agent: the storm is the agent's.
+        self.in_kernel = obey_in_kernel([h for h in b.net.hosts if not (storm and storm.host == h.name)],
+                                        scenario, b.features, classes)
+        kernel = {h.name for h in self.in_kernel}
         for h in b.net.hosts:
+            if h.name in kernel:
+                continue
             args = pause_agent_args(h.defaultIntf().name, scenario, b.features)
             args += ["--classes", ",".join(map(str, sorted(classes[h.name])))]
             if storm and storm.host == h.name:
@@ -69,6 +83,8 @@ class FlowControl(Instrument):
         b, scenario = self.bench, self.bench.scenario
         ports = b.dataplane.stop_flow_control()
         pause = stop_agents(self.agents, b.dataplane)
+        pause.update(obeyed_in_kernel(self.in_kernel, pause, len(self.agents),
+                                  hostconfig.obeying_plug(scenario, b.features)))
         for edge in ("storm_start", "storm_end"):   # on the blocks' time axis
             if f"{edge}_ns" in pause and b.t0_ns is not None:
                 pause[f"{edge}_us"] = round((pause.pop(f"{edge}_ns") - b.t0_ns) / 1000, 1)
@@ -98,6 +114,65 @@ def host_classes(scenario, hosts, servers, dscps) -> dict[str, set[int]]:
     for f in scenario.background:
         classes[f.src].add(table[f.dscp])
     return {name: c or {0} for name, c in classes.items()}
+
+
+def obey_in_kernel(hosts, scenario, features, classes: dict[str, set[int]]) -> list:
+    """The hosts whose NIC's plug now obeys PAUSE and PFC itself: each plug told the
+    link rate (TCQ_PLUG_OBEY) and the classes its host sends in (TCQ_PLUG_OBEY_PFC),
+    from a thread entering each host's namespace (no process per host). None where the
+    hosts' NICs have no plug to obey in (hostconfig.obeying_plug); a host whose kernel
+    refuses the actions (EINVAL: a plug without kernels/patches-um/0005) is left out,
+    for its agent."""
+    where = hostconfig.obeying_plug(scenario, features)
+    if not hosts or where is None or scenario.link.rate < 1000:
+        return []
+    plug = {"parent": where[0], "handle": where[1]}
+
+    def obey(h) -> bool:
+        index = socket.if_nametoindex(h.defaultIntf().name)
+        try:
+            # The classes first: obeying starts with the host's own.
+            netdev.plug_action(index, **plug, action=netdev.TCQ_PLUG_OBEY_PFC,
+                               limit=sum(1 << c for c in classes[h.name]))
+            netdev.plug_action(index, **plug, action=netdev.TCQ_PLUG_OBEY, limit=scenario.link.rate // 1000)
+        except OSError as e:
+            if e.errno == errno.EINVAL:
+                return False
+            raise
+        return True
+    results = hostconfig.InEachNamespace(hosts, obey).join()
+    failed = [f"{name}: {error}" for name, (error, _) in results.items() if error is not None]
+    if failed:
+        raise RunFailed(f"telling the hosts' plug to obey PAUSE failed: {failed[0]}")
+    return [h for h in hosts if results[h.name][1]]
+
+
+def obeyed_in_kernel(hosts, pause: dict, agents: int, where: tuple[str, str] | None = None) -> dict:
+    """What the kernels of `hosts` obeyed (their plugs' statistics, read at the end),
+    added to the agents' counts in `pause`; and how the hosts obeyed. The kernel stops
+    the queue in the very softirq that receives the frame: no reaction to measure, so
+    such hosts add none to reaction_us (the headroom then counts the frame on the wire,
+    no more)."""
+    out = {"host_pause_obeyed_by": "kernel" if not agents else "agent" if not hosts else "kernel and agent",
+           "host_pause_agents": agents, "host_pause_pfc_ignored": 0}
+    if not hosts:
+        return out
+
+    def read(h):
+        return netdev.plug_xstats(socket.if_nametoindex(h.defaultIntf().name), where[1])
+    results = hostconfig.InEachNamespace(hosts, read).join()
+    paused_ns = 0
+    frames = 0
+    for h in hosts:
+        error, stats = results[h.name]
+        if error is not None or stats is None:
+            raise RunFailed(f"reading {h.name}'s plug statistics failed: {error or 'none dumped'}")
+        frames += stats["pause_frames"] + stats["resume_frames"]
+        paused_ns += stats["paused_ns"]
+        out["host_pause_pfc_ignored"] += stats["pfc_ignored"]
+    out["paused_ms"] = round(pause["paused_ms"] + paused_ns / 1e6, 3)
+    out["pause_frames_received"] = pause["pause_frames_received"] + frames
+    return out
 
 
 def stop_agents(agents, dp) -> dict:

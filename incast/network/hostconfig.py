@@ -183,6 +183,21 @@ def _exact_timers(features) -> bool:
 
 # The plug qdisc under the NIC's token bucket, where the kernel has it and PAUSE is on.
 PLUG_HANDLE = "10:"
+# Under netem (a link delay, jitter or loss), a plug under netem where hosts obey PAUSE
+# in their kernel: frames that have served their delay wait there, as they wait in the
+# token bucket when the agent stops it.
+NETEM_PLUG_HANDLE = "20:"
+
+
+def obeying_plug(scenario, features) -> tuple[str, str] | None:
+    """(parent, handle) of the plug qdisc on a host's NIC whose kernel may obey PAUSE
+    itself (kernels/patches-um/0005: incast.network.flow_control tells it the rate):
+    the plug under the token bucket, or under netem where the link needs netem. None
+    where PAUSE is off, switch.pause.hosts asks for agents, or the kernel has no plug."""
+    pause = scenario.switch.pause
+    if not (pause.enabled and pause.hosts == "kernel" and features is not None and features.qdiscs.get("plug")):
+        return None
+    return ("10:1", NETEM_PLUG_HANDLE) if scenario.link.needs_netem else ("1:1", PLUG_HANDLE)
 
 
 def pause_by_plug(scenario, features) -> bool:
@@ -209,6 +224,11 @@ def nic_tc_commands(dev: str, scenario, features=None) -> list[str]:
         if link.loss:
             netem += f" loss {link.loss}%"
         cmds.append(f"tc qdisc replace dev {dev} parent 1:1 handle 10: {netem}")
+        if obeying_plug(scenario, features):
+            # Passes everything until the kernel is told to obey PAUSE in it.
+            parent, handle = obeying_plug(scenario, features)
+            cmds += [f"tc qdisc replace dev {dev} parent {parent} handle {handle} plug limit {nic_queue_bytes(link.mtu)}",
+                     f"tc qdisc change dev {dev} parent {parent} handle {handle} plug release_indefinite"]
     return cmds
 
 
