@@ -234,11 +234,12 @@ def test_the_verdict_beside_a_cpu_hog_follows_the_links(tmp_path, no_leftovers, 
     # every CPU from the emulation, and the run is flagged.
     rate = f"{min(faithful_rate_bps(4), 100_000_000)}bit"
     hogs = _hogs(nice)
-    runs = []
+    runs, summaries = [], []
     try:
         for attempt in range(3):    # a run the machine stalled is flagged; measure again
             s = run_json("--senders", "4", "--link-rate", rate, "--sru", "128KiB", "--blocks", "10",
                          "--buffer", "256KiB", "--out", tmp_path / f"run{attempt}")
+            summaries.append(s)
             f = s["fidelity"]
             runs.append((f["ok"], f["reasons"], f.get("min_service_ratio"), f.get("cpu_busy_max"),
                          f.get("cpu_contended_max"), f.get("cpu_niced"), f.get("cpu_others")))
@@ -252,7 +253,10 @@ def test_the_verdict_beside_a_cpu_hog_follows_the_links(tmp_path, no_leftovers, 
     if nice:
         assert f["cpu_niced"] >= 0.3 and f["cpu_busy_max"] >= 0.9, runs     # the hog ran
         assert not cpu_reasons, runs
-        assert f["ok"], runs
+        if not f["ok"]:
+            # The hog is not what flagged them (above). Where the hypervisor took the
+            # CPUs in every attempt the machine decided the runs: a skip that says so.
+            faithful_or_fail(summaries, "a run beside a niced CPU hog")
     else:
         assert f["cpu_others"] >= 0.3, runs
         assert not f["ok"] and cpu_reasons, runs
