@@ -17,7 +17,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from incast.campaign import figure, judge, kept, quote
+from incast.campaign import figure, judge, kept, quote, statistic
 from incast.constants import DOCS_DIR
 
 PAGE = DOCS_DIR / "scoreboard.md"
@@ -39,6 +39,7 @@ def rows() -> list[dict]:
         fig = figure.load(name)
         result = kept.result(name)
         verdicts = judge.judge(fig, result[0]) if result else None
+        pairs = statistic.compare(fig, result[0]) if result else None
         numbers = {(n.series, n.x): n.value for n in fig.paper_numbers}
         for i, c in enumerate(fig.claims):
             v = verdicts[i] if verdicts else {"verdict": "no kept result", "detail": ""}
@@ -52,8 +53,24 @@ def rows() -> list[dict]:
                         "undecided": quote.fill(fig, c.undecided, *(result or (None, None))),
                         "last_look": bool(result) and judge.undecided_at_last_look(fig, result[0], c),
                         "kept": ("quick" if meta.get("quick") else "full") if result else None,
-                        "kept_runs": len(result[0]) if result else 0, "stale": why_stale})
+                        "kept_runs": len(result[0]) if result else 0, "stale": why_stale,
+                        "bytes_over_time": bytes_over_time(pairs[i]) if pairs else ""})
     return out
+
+
+def bytes_over_time(pair: statistic.ClaimPair) -> str:
+    """The claim on the papers' statistic (all the runs' bytes over their time): its
+    verdict, and its value [interval, runs] at the point that shows it (the one whose
+    state differs from the median's, else the one nearest the bound)."""
+    if not judge.pooled_applies(figure.load(pair.figure).claims[pair.index].metric):
+        return "(not a goodput: its median)"
+    verdict = pair.verdicts[1]
+    p = pair.point
+    if p is None:
+        return verdict
+    if verdict == "undecided" and p.runs < judge.POOLED_MIN_RUNS:
+        return f"undecided ({p.runs} runs at {p.where.split(' (')[0]}; it decides from {judge.POOLED_MIN_RUNS})"
+    return f"{verdict}: {p.where} {p.cell(1)}, n={p.runs}"
 
 
 NUMBER_VERDICTS = ("agrees", "differs", "undecided", "not testable", "no kept result")
@@ -95,8 +112,16 @@ def page() -> str:
              "(made with settings the figure no longer has). Whether today's code still gives each kept "
              "result is checked by fresh runs where its claims are decided "
              "([kept results checked by what the code does](figures.md#kept-results-checked-by-what-the-code-does)).", "",
+             "The verdict rests on the median of a point's runs. Beside it, the claim on the papers' own "
+             "statistic, all the runs' bytes over their time, which is to become the verdict once every kept "
+             "result has the runs it needs ([median or bytes over time](figures.md#median-or-bytes-over-time)): "
+             + ", ".join(f"{n} {v}" for v, n in Counter(x["bytes_over_time"].split(" (")[0].split(":")[0]
+                                                       for x in r if x["bytes_over_time"]).most_common())
+             + f" (of the undecided, {sum(1 for x in r if 'decides from' in x['bytes_over_time'])} for want of "
+             "runs).",
+             "",
              "| figure | claim (the paper) | paper's number | ours: median [min-max, runs] | verdict | "
-             "kept result |", "|---|---|---|---|---|---|"]
+             "bytes over time | kept result |", "|---|---|---|---|---|---|---|"]
     for x in r:
         number = f"{x['paper_number']:g} Mbit/s" if x["paper_number"] is not None else ""
         kept_what = f"{x['kept']}, {x['kept_runs']} runs" if x["kept"] else "none"
@@ -106,7 +131,7 @@ def page() -> str:
         if x["undecided"] and x["verdict"] == "undecided" and x["last_look"]:
             verdict += " at the last look (declared)"
         lines.append(f"| [`{x['figure']}`](figure-catalog.md#{x['figure']}) | {_cell(x['claim'])} | {number} | "
-                     f"{_cell(x['ours'])} | {verdict} | {kept_what} |")
+                     f"{_cell(x['ours'])} | {verdict} | {_cell(x['bytes_over_time'])} | {kept_what} |")
     lines += ["", "## The papers' numbers", "",
               "Every number a paper's text states about a result a figure runs, beside ours: the median of "
               "the point's faithful runs with its interval. Ours agrees where that interval lies within a "
