@@ -54,23 +54,30 @@ def rows() -> list[dict]:
                         "last_look": bool(result) and judge.undecided_at_last_look(fig, result[0], c),
                         "kept": ("quick" if meta.get("quick") else "full") if result else None,
                         "kept_runs": len(result[0]) if result else 0, "stale": why_stale,
-                        "bytes_over_time": bytes_over_time(pairs[i]) if pairs else ""})
+                        "pooled": pairs[i].verdicts[1] if pairs else None,
+                        "pooled_wants_runs": bool(pairs) and wants_runs(pairs[i]),
+                        "bytes_over_time": bytes_over_time(pairs[i], c.metric) if pairs else ""})
     return out
 
 
-def bytes_over_time(pair: statistic.ClaimPair) -> str:
+def wants_runs(pair: statistic.ClaimPair) -> bool:
+    """Undecided on bytes over time only for want of runs: its point has fewer than the
+    POOLED_MIN_RUNS the statistic decides from."""
+    return pair.verdicts[1] == "undecided" and pair.point is not None and pair.point.runs < judge.POOLED_MIN_RUNS
+
+
+def bytes_over_time(pair: statistic.ClaimPair, metric: str) -> str:
     """The claim on the papers' statistic (all the runs' bytes over their time): its
     verdict, and its value [interval, runs] at the point that shows it (the one whose
     state differs from the median's, else the one nearest the bound)."""
-    if not judge.pooled_applies(figure.load(pair.figure).claims[pair.index].metric):
+    if not judge.pooled_applies(metric):
         return "(not a goodput: its median)"
-    verdict = pair.verdicts[1]
     p = pair.point
     if p is None:
-        return verdict
-    if verdict == "undecided" and p.runs < judge.POOLED_MIN_RUNS:
+        return pair.verdicts[1]
+    if wants_runs(pair):
         return f"undecided ({p.runs} runs at {p.where.split(' (')[0]}; it decides from {judge.POOLED_MIN_RUNS})"
-    return f"{verdict}: {p.where} {p.cell(1)}, n={p.runs}"
+    return f"{pair.verdicts[1]}: {p.where} {p.cell(1)}, n={p.runs}"
 
 
 NUMBER_VERDICTS = ("agrees", "differs", "undecided", "not testable", "no kept result")
@@ -115,9 +122,8 @@ def page() -> str:
              "The verdict rests on the median of a point's runs. Beside it, the claim on the papers' own "
              "statistic, all the runs' bytes over their time, which is to become the verdict once every kept "
              "result has the runs it needs ([median or bytes over time](figures.md#median-or-bytes-over-time)): "
-             + ", ".join(f"{n} {v}" for v, n in Counter(x["bytes_over_time"].split(" (")[0].split(":")[0]
-                                                       for x in r if x["bytes_over_time"]).most_common())
-             + f" (of the undecided, {sum(1 for x in r if 'decides from' in x['bytes_over_time'])} for want of "
+             + ", ".join(f"{n} {v}" for v, n in Counter(x["pooled"] for x in r if x["pooled"]).most_common())
+             + f" (of the undecided, {sum(1 for x in r if x['pooled_wants_runs'])} for want of "
              "runs).",
              "",
              "| figure | claim (the paper) | paper's number | ours: median [min-max, runs] | verdict | "
