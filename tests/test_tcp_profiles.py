@@ -99,7 +99,7 @@ def test_linux_2_6_28_turns_loss_recovery_back():
     assert p.era_sysctls["net.ipv4.tcp_comp_sack_nr"] == "0"
     assert p.era_sysctls["net.ipv4.tcp_autocorking"] == "0"
     # RFC 3390's 3 segments at a 1448-byte MSS, and 2.6.28's first receive window.
-    assert p.route_metrics.split() == ["initcwnd", "3", "initrwnd", "4"]
+    assert p.route_metrics == {"initcwnd": 3, "initrwnd": 4}
     # What the era sets is optional (reported where missing), never required.
     assert not set(p.era_sysctls) & set(p.sysctls)
 
@@ -107,12 +107,12 @@ def test_linux_2_6_28_turns_loss_recovery_back():
 def test_the_era_keeps_the_other_fields():
     p = _profile(era=OLD, delayed_ack=False, rto_min=200, sack=False)
     assert p.sysctls["net.ipv4.tcp_sack"] == "0" and p.sysctls["net.ipv4.tcp_rto_min_us"] == "200"
-    assert p.route_metrics.split()[:2] == ["quickack", "1"]
+    assert p.route_metrics["quickack"] == 1
 
 
 def test_explicit_initcwnd_and_sysctls_win_over_the_era():
     p = _profile(era=OLD, initcwnd=10, sysctls={"tcp_early_retrans": 3})
-    assert "initcwnd 10" in p.route_metrics and "initcwnd 3" not in p.route_metrics
+    assert p.route_metrics["initcwnd"] == 10
     assert p.sysctls["net.ipv4.tcp_early_retrans"] == "3"
     assert "net.ipv4.tcp_early_retrans" not in p.era_sysctls
     assert p.era_sysctls["net.ipv4.tcp_recovery"] == "0"
@@ -120,7 +120,7 @@ def test_explicit_initcwnd_and_sysctls_win_over_the_era():
 
 @pytest.mark.parametrize("mtu,initcwnd,initrwnd", [(1500, 3, 4), (1100, 4, 4), (9000, 2, 2), (576, 4, 4)])
 def test_initial_windows_follow_the_mss_as_2_6_28_did(mtu, initcwnd, initrwnd):
-    assert f"initcwnd {initcwnd} initrwnd {initrwnd}" in _profile(mtu, era=OLD).route_metrics
+    assert _profile(mtu, era=OLD).route_metrics == {"initcwnd": initcwnd, "initrwnd": initrwnd}
 
 
 def test_tcp_sysctls_cannot_name_what_a_field_sets():
@@ -147,10 +147,9 @@ def test_the_scenario_takes_the_eras_that_are_defined_and_no_other():
 def test_sysctls_the_kernel_lacks_are_reported_not_fatal():
     from incast.network.hostconfig import read_back
     p = _profile(era=OLD)
-    printed = "\n".join(f"{k} = {v}" for k, v in {**p.sysctls, **p.era_sysctls}.items()
-                        if k != "net.ipv4.tcp_backlog_ack_defer")
-    back = read_back(printed + "\n10.0.0.0/8 dev eth0 proto kernel scope link initcwnd 3\n"
-                     "10.0.0.1 dev eth0 lladdr 00:00:00:00:00:01 PERMANENT\n", p)
+    printed = [f"{k} = {v}" for k, v in {**p.sysctls, **p.era_sysctls}.items()
+               if k != "net.ipv4.tcp_backlog_ack_defer"]
+    back = read_back(printed, ["10.0.0.0/8 dev eth0 proto kernel scope link initcwnd 3"], 1, None, p)
     assert back["static_neighbours"] == 1 and back["route"].endswith("initcwnd 3")
     assert back["era"] == OLD and back["missing_sysctls"] == ["net.ipv4.tcp_backlog_ack_defer"]
     assert back["sysctls"]["net.ipv4.tcp_recovery"] == "0"
@@ -210,7 +209,7 @@ def test_a_sysctl_the_kernel_lacks_is_skipped_and_reported(no_leftovers):
         t.join()
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=True)
-    back = hostconfig.read_back("\n".join(got["lines"]), p)
+    back = hostconfig.read_back(got["lines"], [], 0, None, p)
     assert back["missing_sysctls"] == ["net.ipv4.tcp_abc"]
     assert back["sysctls"]["net.ipv4.tcp_recovery"] == "0" and got["recovery"] == "0"
     assert open("/proc/sys/net/ipv4/tcp_recovery").read() == own     # the machine's own untouched

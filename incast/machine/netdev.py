@@ -10,9 +10,9 @@ sets 64 links up in 16 ms and `ip -j link show` lists 129 links in 10 ms; pyrout
 (Debian 12) takes 329 ms to import, 83 ms to list the links of a namespace (NetNS forks a
 helper) and 25 ms for the 64 link changes. Two exceptions, for a thousand hosts under
 User-Mode Linux where every process costs tens of milliseconds: ethtool has no batch, so
-offloads_off makes ethtool's own ioctl from this process; and a host's NIC queue is made
-over netlink (tbf_replace, plug) from a thread already in its namespace, with the very
-messages tc sends (tests/test_netdev.py compares). The one netlink query the tools do not
+offloads_off makes ethtool's own ioctl from this process; and a host's links, address,
+route, neighbours and NIC queue are made over netlink (HostRtnl) from a thread already
+in its namespace, with the messages ip and tc send (tests/test_netdev.py compares). The one netlink query the tools do not
 answer cheaply (a process's sockets' TCP_INFO) is read with the standard library
 (hosts/port_tcpinfo.py).
 """
@@ -30,7 +30,6 @@ import subprocess
 from pyroute2.iproute.linux import transform_handle
 from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST
 from pyroute2.netlink.rtnl import RTM_NEWQDISC, TC_H_ROOT
-from pyroute2.netlink.rtnl.tcmsg import sched_tbf, tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
 
 from incast.errors import RunFailed
@@ -175,59 +174,6 @@ def netns_delete(names: list[str]) -> None:
 # `... plug ...` send (iproute2 6.1's q_tbf.c, q_plug.c), so a qdisc made here reads
 # back from `tc qdisc show` exactly as the tc line would have made it (a test compares).
 
-def _tbf_message():
-    """pyroute2's tcmsg for tbf, with the attributes its 0.7 table lacks: tc sends
-    TCA_TBF_BURST (the bucket in bytes, which the kernel then takes as it is) and,
-    above 2^32 bytes/s, TCA_TBF_RATE64."""
-
-    class tbf_options(sched_tbf.options):
-        nla_map = (*sched_tbf.options.nla_map,
-                   ('TCA_TBF_RATE64', 'uint64'), ('TCA_TBF_PRATE64', 'uint64'),
-                   ('TCA_TBF_BURST', 'uint32'), ('TCA_TBF_PBURST', 'uint32'))
-
-    class tbf_msg(tcmsg):
-        @staticmethod
-        def get_options(self, *argv, **kwarg):
-            return tbf_options
-    return tbf_msg
-
-
-def tbf_replace(ipr, index: int, *, handle: str, rate_bps: int, burst: int, limit: int,
-                overhead: int) -> None:
-    """`tc qdisc replace dev DEV root handle H tbf rate R burst B limit L overhead O`, over
-    ipr (a pyroute2 IPRoute in the device's namespace)."""
-    try:
-        rate = rate_bps // 8                 # tc_ratespec counts bytes per second
-        # rate___reserved is tc_ratespec's linklayer: ethernet (1), as tc says, and
-        # then the kernel wants no rate table (it computes from the rate itself)
-        parms = {"rate": min(rate, 0xFFFFFFFF), "rate___reserved": 1, "rate_overhead": overhead, "limit": limit,
-                 # in ticks, cut to 32 bits as tc's C conversion cuts it (a paused bucket's
-                 # 8 bit/s overflows it; the kernel then takes TCA_TBF_BURST as it is)
-                 "buffer": int(calc_xmittime(rate, burst)) & 0xFFFFFFFF, "mtu": 0}
-        opts = [["TCA_TBF_PARMS", parms], ["TCA_TBF_BURST", burst]]
-        if rate >= 1 << 32:
-            opts.append(["TCA_TBF_RATE64", rate])
-        msg = _tbf_message()()
-        msg["index"], msg["handle"], msg["parent"] = index, transform_handle(handle), TC_H_ROOT
-        msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", {"attrs": opts}]]
-        ipr.nlm_request(msg, msg_type=RTM_NEWQDISC,
-                        msg_flags=NLM_F_REQUEST | NLM_F_ACK | NLM_F_REPLACE | NLM_F_CREATE)
-    except Exception as e:      # pyroute2's NetlinkError carries the kernel's errno
-        raise NetdevError(f"tbf on ifindex {index} (rate {rate_bps}bit burst {burst} limit {limit}) "
-                          f"failed: {e}") from None
-
-
-def plug(ipr, index: int, *, handle: str, parent: str, action: str, limit: int = 0,
-         change: bool = False) -> None:
-    """`tc qdisc replace|change dev DEV parent P handle H plug limit L|release_indefinite`
-    (action: limit or release_indefinite), by pyroute2's own plug builder."""
-    try:
-        ipr.tc("change" if change else "replace", "plug", index, handle=handle, parent=parent,
-               action=f"TCQ_PLUG_{action.upper()}", limit=limit)
-    except Exception as e:
-        raise NetdevError(f"plug {action} on ifindex {index} failed: {e}") from None
-
-
 # --- a plug that obeys MAC Control frames itself (kernels/patches-um/0005) ---
 #
 # Actions of struct tc_plug_qopt that neither tc nor pyroute2 has a word for, and the
@@ -317,3 +263,226 @@ def plug_xstats(index: int, handle: str) -> dict | None:
                 found = {"pause_frames": pause, "resume_frames": resume, "pfc_ignored": ignored,
                          "paused_ns": paused_ns}
     return found
+
+
+# --- a host's links, address, route, neighbours and netem over netlink ---
+#
+# The messages `ip` and `tc` send for the lines a host used to be configured by, built
+# here and sent from a thread already in the host's namespace: under User-Mode Linux a
+# process costs about 30 ms of host time, and a host's ip and tc batches were two of
+# them (2048 servers: 87 s of a 100 s run). tests/test_netdev.py compares what the
+# kernel then holds with what the ip and tc lines give it.
+
+_RTM_NEWLINK, _RTM_NEWADDR, _RTM_NEWROUTE, _RTM_GETROUTE, _RTM_NEWNEIGH, _RTM_GETNEIGH = 16, 20, 24, 26, 28, 30
+_IFINFOMSG = struct.Struct("=BxHiII")         # family, type, index, flags, change
+_IFADDRMSG = struct.Struct("=BBBBI")          # family, prefixlen, flags, scope, index
+_RTMSG = struct.Struct("=BBBBBBBBI")          # family, dst_len, src_len, tos, table, protocol, scope, type, flags
+_NDMSG = struct.Struct("=BxxxiHBB")           # family, ifindex, state, flags, type
+_NETEM_QOPT = struct.Struct("=IIIIII")        # latency, limit, loss, gap, duplicate, jitter
+_IFF_UP, _NUD_PERMANENT = 0x1, 0x80
+_IFA_ADDRESS, _IFA_LOCAL = 1, 2
+_RTA_DST, _RTA_OIF, _RTA_PREFSRC, _RTA_METRICS, _RTA_TABLE = 1, 4, 7, 8, 15
+_NDA_DST, _NDA_LLADDR = 1, 2
+_TCA_NETEM_LATENCY64, _TCA_NETEM_JITTER64 = 10, 11
+_TCA_TBF_PARMS, _TCA_TBF_RATE64, _TCA_TBF_BURST = 1, 4, 6
+_RATESPEC = struct.Struct("=BBHhHI")         # cell_log, linklayer, overhead, cell_align, mpu, rate
+_TC_LINKLAYER_ETHERNET = 1
+_PLUG_ACTIONS = {"release_indefinite": 2, "limit": 3}      # TCQ_PLUG_*
+_RT_TABLE_MAIN, _RTPROT_KERNEL, _RT_SCOPE_LINK, _RTN_UNICAST = 254, 2, 253, 1
+_PSCHED_TICK_NS = 64                          # the kernel's psched tick (PSCHED_SHIFT 6)
+_RTAX_LOCK = 1
+# Route metrics as ip names them, in the order `ip route` prints them (RTAX_*).
+RTAX = {"initcwnd": 11, "features": 12, "rto_min": 13, "initrwnd": 14, "quickack": 15}
+_RTAX_NAMES = {v: k for k, v in RTAX.items()}
+# Requests a send carries: the kernel answers each with an ack of its own, and the
+# socket's receive buffer counts each ack's whole buffer (about a kilobyte) against its
+# 208 KiB: 512 acks at once overflow it (ENOBUFS).
+_SEND_REQUESTS = 64
+
+
+def _ip4(address: str) -> bytes:
+    return socket.inet_aton(address)
+
+
+class HostRtnl:
+    """Requests for one host's namespace (the calling thread's), sent together by
+    commit(): each acknowledged, the first refusal raised naming its request."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+        self.pending: list[tuple[bytes, str]] = []
+        self.seq = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.sock.close()
+
+    def _add(self, kind: int, flags: int, body: bytes, what: str) -> None:
+        self.pending.append((struct.pack("=HH", kind, flags) + body, what))
+
+    def link_up(self, index: int, what: str) -> None:
+        """`ip link set dev DEV up`"""
+        self._add(_RTM_NEWLINK, NLM_F_REQUEST | NLM_F_ACK,
+                  _IFINFOMSG.pack(socket.AF_UNSPEC, 0, index, _IFF_UP, _IFF_UP), f"link set dev {what} up")
+
+    def address(self, index: int, address: str, prefixlen: int, what: str) -> None:
+        """`ip address replace ADDRESS/PREFIXLEN dev DEV`"""
+        self._add(_RTM_NEWADDR, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
+                  _IFADDRMSG.pack(socket.AF_INET, prefixlen, 0, 0, index)
+                  + _rtattr(_IFA_LOCAL, _ip4(address)) + _rtattr(_IFA_ADDRESS, _ip4(address)),
+                  f"address replace {address}/{prefixlen} dev {what}")
+
+    def link_route(self, index: int, dst: str, dst_len: int, src: str, metrics: dict[str, int], what: str) -> None:
+        """`ip route replace DST/LEN dev DEV proto kernel scope link src SRC METRICS`
+        (metrics by ip's names; rto_min in milliseconds, as the kernel keeps it)."""
+        nested = b"".join(_rtattr(RTAX[k], struct.pack("=I", v)) for k, v in metrics.items())
+        if "rto_min" in metrics:
+            # ip locks it (RTAX_LOCK), and TCP reads a route's rto_min only where it is locked
+            nested += _rtattr(_RTAX_LOCK, struct.pack("=I", 1 << RTAX["rto_min"]))
+        self._add(_RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
+                  _RTMSG.pack(socket.AF_INET, dst_len, 0, 0, _RT_TABLE_MAIN, _RTPROT_KERNEL, _RT_SCOPE_LINK,
+                              _RTN_UNICAST, 0)
+                  + _rtattr(_RTA_DST, _ip4(dst)) + _rtattr(_RTA_PREFSRC, _ip4(src))
+                  + _rtattr(_RTA_OIF, struct.pack("=I", index))
+                  + (_rtattr(_RTA_METRICS, nested) if nested else b""),
+                  f"route replace {dst}/{dst_len} dev {what} src {src} {metrics}")
+
+    def neighbour(self, index: int, address: str, mac: str, what: str) -> None:
+        """`ip neigh replace ADDRESS lladdr MAC dev DEV nud permanent`"""
+        self._add(_RTM_NEWNEIGH, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
+                  _NDMSG.pack(socket.AF_INET, index, _NUD_PERMANENT, 0, 0)
+                  + _rtattr(_NDA_DST, _ip4(address)) + _rtattr(_NDA_LLADDR, bytes.fromhex(mac.replace(":", ""))),
+                  f"neigh replace {address} lladdr {mac} dev {what}")
+
+    def tbf(self, index: int, *, handle: str, rate_bps: int, burst: int, limit: int, overhead: int) -> None:
+        """`tc qdisc replace dev DEV root handle H tbf rate R burst B limit L overhead O`.
+        Like tc: the bucket in bytes (TCA_TBF_BURST, which the kernel takes as it is; the
+        qopt's buffer in ticks, cut to 32 bits as tc's C conversion cuts it, would round
+        it), TCA_TBF_RATE64 above 2^32 bytes/s, and ethernet for the link layer, so that
+        the kernel wants no rate table."""
+        rate = rate_bps // 8                 # tc_ratespec counts bytes per second
+        ratespec = _RATESPEC.pack(0, _TC_LINKLAYER_ETHERNET, overhead, 0, 0, min(rate, 0xFFFFFFFF))
+        qopt = ratespec + _RATESPEC.pack(0, 0, 0, 0, 0, 0) + struct.pack(
+            "=III", limit, int(calc_xmittime(rate, burst)) & 0xFFFFFFFF, 0)
+        opts = _rtattr(_TCA_TBF_PARMS, qopt) + _rtattr(_TCA_TBF_BURST, struct.pack("=I", burst))
+        if rate >= 1 << 32:
+            opts += _rtattr(_TCA_TBF_RATE64, struct.pack("=Q", rate))
+        self._add(RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
+                  _TCMSG.pack(socket.AF_UNSPEC, index, transform_handle(handle), TC_H_ROOT, 0)
+                  + _rtattr(_TCA_KIND, b"tbf\0") + _rtattr(_TCA_OPTIONS, opts),
+                  f"tbf on ifindex {index} (rate {rate_bps}bit burst {burst} limit {limit})")
+
+    def plug(self, index: int, *, parent: str, handle: str, action: str, limit: int = 0,
+             change: bool = False) -> None:
+        """`tc qdisc replace|change dev DEV parent P handle H plug limit L|release_indefinite`
+        (action: limit or release_indefinite)."""
+        self._add(RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK | (0 if change else NLM_F_CREATE | NLM_F_REPLACE),
+                  _TCMSG.pack(socket.AF_UNSPEC, index, transform_handle(handle), transform_handle(parent), 0)
+                  + _rtattr(_TCA_KIND, b"plug\0")
+                  + _rtattr(_TCA_OPTIONS, _PLUG_QOPT.pack(_PLUG_ACTIONS[action], limit)),
+                  f"plug {action} on ifindex {index}")
+
+    def netem(self, index: int, *, parent: str, handle: str, limit: int, delay_us: float = 0,
+              jitter_us: float = 0, loss_pct: float = 0, what: str = "") -> None:
+        """`tc qdisc replace dev DEV parent P handle H netem limit L [delay D [J]] [loss X%]`,
+        but the delay and jitter exact, in nanoseconds (TCA_NETEM_LATENCY64, JITTER64):
+        tc 6.1 sends only the qopt's 64 ns ticks, which make 20 us 19.968."""
+        delay_ns, jitter_ns = round(delay_us * 1000), round(jitter_us * 1000)
+        opt = _NETEM_QOPT.pack(min(delay_ns // _PSCHED_TICK_NS, 0xFFFFFFFF), limit,
+                               round(loss_pct / 100 * 0xFFFFFFFF), 0, 0,
+                               min(jitter_ns // _PSCHED_TICK_NS, 0xFFFFFFFF))
+        if delay_ns:
+            opt += _rtattr(_TCA_NETEM_LATENCY64, struct.pack("=q", delay_ns))
+        if jitter_ns:
+            opt += _rtattr(_TCA_NETEM_JITTER64, struct.pack("=q", jitter_ns))
+        self._add(RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
+                  _TCMSG.pack(socket.AF_UNSPEC, index, transform_handle(handle), transform_handle(parent), 0)
+                  + _rtattr(_TCA_KIND, b"netem\0") + _rtattr(_TCA_OPTIONS, opt),
+                  f"qdisc replace dev {what} parent {parent} handle {handle} netem limit {limit} "
+                  f"delay {delay_us}us {jitter_us}us loss {loss_pct}%")
+
+    def commit(self) -> None:
+        """Send every pending request, in order, and wait for each one's ack."""
+        pending, self.pending = self.pending, []
+        i = 0
+        while i < len(pending):
+            chunk, asked = [], {}
+            while i < len(pending) and len(chunk) < _SEND_REQUESTS:
+                kind_flags, body = pending[i][0][:4], pending[i][0][4:]
+                self.seq += 1
+                chunk.append(struct.pack("=I", _NLMSGHDR.size + len(body)) + kind_flags
+                             + struct.pack("=II", self.seq, 0) + body)
+                asked[self.seq] = pending[i][1]
+                i += 1
+            self.sock.send(b"".join(chunk))
+            self._acks(asked)
+
+    def _acks(self, asked: dict[int, str]) -> None:
+        """Wait for the ack of every request in asked (seq -> what it asked)."""
+        waiting = set(asked)
+        while waiting:
+            data = self.sock.recv(1 << 16)
+            offset = 0
+            while offset + _NLMSGHDR.size <= len(data):
+                length, kind, _, seq, _ = _NLMSGHDR.unpack_from(data, offset)
+                payload = data[offset + _NLMSGHDR.size:offset + length]
+                offset += (length + 3) & ~3
+                if kind == _NLMSG_ERROR and seq in waiting:
+                    waiting.discard(seq)
+                    err = struct.unpack_from("=i", payload)[0]
+                    if err:
+                        raise NetdevError(f"`{asked[seq]}` failed: {os.strerror(-err)}")
+
+    def _dump(self, kind: int, body: bytes):
+        self.seq += 1
+        self.sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(body), kind, NLM_F_REQUEST | _NLM_F_DUMP, self.seq, 0)
+                       + body)
+        yield from _netlink_messages(self.sock, self.seq)
+
+    def link_routes(self, index: int, dev: str) -> list[str]:
+        """The main table's IPv4 routes out of the device, as `ip route show` prints them."""
+        shown = []
+        for kind, payload in self._dump(_RTM_GETROUTE, _RTMSG.pack(socket.AF_INET, 0, 0, 0, 0, 0, 0, 0, 0)):
+            if kind != _RTM_NEWROUTE:
+                continue
+            _, dst_len, _, _, table, protocol, scope, _, _ = _RTMSG.unpack_from(payload)
+            attrs = dict(_rtattrs(payload[_RTMSG.size:]))
+            table = struct.unpack("=I", attrs[_RTA_TABLE])[0] if _RTA_TABLE in attrs else table
+            if table != _RT_TABLE_MAIN or struct.unpack("=I", attrs.get(_RTA_OIF, b"\0" * 4))[0] != index:
+                continue
+            words = [f"{socket.inet_ntoa(attrs[_RTA_DST])}/{dst_len}" if _RTA_DST in attrs else "default",
+                     "dev", dev]
+            words += ["proto", {_RTPROT_KERNEL: "kernel"}.get(protocol, str(protocol))]
+            words += ["scope", {_RT_SCOPE_LINK: "link"}.get(scope, str(scope))] if scope else []
+            words += ["src", socket.inet_ntoa(attrs[_RTA_PREFSRC])] if _RTA_PREFSRC in attrs else []
+            metrics = dict((k, struct.unpack("=I", v)[0]) for k, v in _rtattrs(attrs.get(_RTA_METRICS, b"")))
+            locked = metrics.pop(_RTAX_LOCK, 0)
+            for rtax, value in sorted(metrics.items()):
+                name = _RTAX_NAMES.get(rtax, f"metric{rtax}")
+                words += [name, *(["lock"] if locked & (1 << rtax) else []),
+                          f"{value}ms" if name == "rto_min" else (hex(value) if name == "features" else str(value))]
+            shown.append(" ".join(words))
+        return shown
+
+    def netem_ns(self, index: int) -> tuple[int, int] | None:
+        """(delay, jitter) in nanoseconds of the device's netem as the kernel holds them
+        (tc prints them cut to whole microseconds), or None where it has none."""
+        for kind, payload in self._dump(_RTM_GETQDISC, _TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)):
+            if kind != RTM_NEWQDISC or _TCMSG.unpack_from(payload)[1] != index:
+                continue
+            attrs = dict(_rtattrs(payload[_TCMSG.size:]))
+            if attrs.get(_TCA_KIND) == b"netem\0":
+                nested = dict(_rtattrs(attrs[_TCA_OPTIONS][_NETEM_QOPT.size:]))
+                return tuple(struct.unpack("=q", nested[k])[0] for k in (_TCA_NETEM_LATENCY64, _TCA_NETEM_JITTER64))
+        return None
+
+    def permanent_neighbours(self, index: int) -> int:
+        """How many IPv4 neighbours of the device are permanent."""
+        n = 0
+        for kind, payload in self._dump(_RTM_GETNEIGH, _NDMSG.pack(socket.AF_INET, 0, 0, 0, 0)):
+            if kind == _RTM_NEWNEIGH:
+                _, ifindex, state, _, _ = _NDMSG.unpack_from(payload)
+                n += ifindex == index and bool(state & _NUD_PERMANENT)
+        return n

@@ -2,8 +2,8 @@
 
 Every setting is per network namespace (sysctls under net.ipv4 and per-route metrics),
 so hosts never change the machine's own TCP. A host's sysctls and NIC offloads are set
-by this process from inside its namespace (no process started), its addresses, routes,
-neighbours and NIC queue by one ip and one tc batch.
+from inside its namespace by a thread of this process, over netlink: no process is
+started for a host (under User-Mode Linux a process costs about 30 ms of host time).
 
 The host's NIC is an HTB at the link rate: a server cannot put more than 1 Gbit/s on
 its link, as on real hardware. Its queue is the host's transmit queue (bounded by TCP
@@ -13,14 +13,10 @@ losses happen only at the switch.
 from __future__ import annotations
 
 import os
-import shlex
 import socket
 import subprocess
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-
-from pyroute2 import IPRoute
 
 from incast.constants import ETH_HLEN, NIC_SLACK_FRAMES_MAX, NIC_TIMER_SLACK_US, WIRE_OVERHEAD
 from incast.eras import ERA_KNOBS, ERA_SYSCTLS
@@ -62,7 +58,7 @@ class TcpProfile:
     hrtimer: bool           # retransmission timers in microseconds (the hrtimer kernel)
     rto_floor_us: int       # the shortest timeout the kernel will actually wait
     sysctls: dict           # per-namespace sysctls; one the kernel lacks fails the host's configuration
-    route_metrics: str      # per-route options ("" for none)
+    route_metrics: dict     # per-route options by ip's names (rto_min in ms), {} for none
     era: str = "modern"     # tcp.era
     # The era's sysctls: set where this kernel has them; the ones it lacks are reported
     # (tcp_hosts.json), not fatal: an older kernel lacks a knob because the behaviour it
@@ -112,20 +108,20 @@ def _sysctls(tcp, rto_min_us: int, features) -> dict[str, str]:
     return s
 
 
-def _route_metrics(tcp, rto_min_us: int, features, mtu: int = 1500) -> str:
-    opts = []
+def _route_metrics(tcp, rto_min_us: int, features, mtu: int = 1500) -> dict[str, int]:
+    opts = {}
     if not tcp.delayed_ack:
-        opts.append("quickack 1")      # the receiver ACKs every segment at once
+        opts["quickack"] = 1      # the receiver ACKs every segment at once
     # 2.6.18 started flows with RFC 3390's window as 2.6.28 did.
     windows = linux_2_6_28_windows(mtu - TCP_IP_HEADERS) if tcp.era != "modern" else {}
     initcwnd = tcp.initcwnd or windows.get("initcwnd")     # an explicit tcp.initcwnd wins
     if initcwnd:
-        opts.append(f"initcwnd {initcwnd}")
+        opts["initcwnd"] = initcwnd
     if windows:
-        opts.append(f"initrwnd {windows['initrwnd']}")
+        opts["initrwnd"] = windows["initrwnd"]
     if not features.rto_min_us_sysctl:
-        opts.append(f"rto_min {max(1, rto_min_us // 1000)}ms")
-    return " ".join(opts)
+        opts["rto_min"] = max(1, rto_min_us // 1000)      # milliseconds, as a route keeps it
+    return opts
 
 
 def nic_queue_bytes(mtu: int) -> int:
@@ -162,18 +158,23 @@ def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False, exact_timers:
             f"limit {limit} overhead {WIRE_OVERHEAD}")
 
 
-def nic_by_netlink(ipr, index: int, scenario, features) -> None:
+def nic_by_netlink(rtnl, index: int, dev: str, scenario, features) -> None:
     """The NIC that nic_tc_commands describes, made over netlink from a thread in the
-    host's namespace (ipr: a pyroute2 IPRoute opened there), where no netem is needed:
-    the same qdiscs, without a tc process per host."""
+    host's namespace (rtnl: a netdev.HostRtnl opened there): the same qdiscs, without
+    a tc process per host."""
     link = scenario.link
     burst, limit = nic_bucket(link.rate, link.mtu, _exact_timers(features))
-    netdev.tbf_replace(ipr, index, handle="1:", rate_bps=link.rate, burst=burst, limit=limit,
-                       overhead=WIRE_OVERHEAD)
-    if pause_by_plug(scenario, features):
-        netdev.plug(ipr, index, parent="1:1", handle=PLUG_HANDLE, action="limit",
-                    limit=nic_queue_bytes(link.mtu))
-        netdev.plug(ipr, index, parent="1:1", handle=PLUG_HANDLE, action="release_indefinite", change=True)
+    rtnl.tbf(index, handle="1:", rate_bps=link.rate, burst=burst, limit=limit, overhead=WIRE_OVERHEAD)
+    plug = ("1:1", PLUG_HANDLE) if pause_by_plug(scenario, features) else None
+    if link.needs_netem:
+        rtnl.netem(index, parent="1:1", handle="10:", limit=NIC_QUEUE_PACKETS, delay_us=link.delay,
+                   jitter_us=link.jitter, loss_pct=link.loss, what=dev)
+        plug = obeying_plug(scenario, features)
+    if plug:
+        # A new plug holds everything until told otherwise: released at once.
+        rtnl.plug(index, parent=plug[0], handle=plug[1], action="limit", limit=nic_queue_bytes(link.mtu))
+        rtnl.plug(index, parent=plug[0], handle=plug[1], action="release_indefinite", change=True)
+    rtnl.commit()
 
 
 def _exact_timers(features) -> bool:
@@ -261,20 +262,25 @@ def static_neighbours(hosts, servers) -> dict[str, list[tuple[str, str]]]:
             for h in hosts}
 
 
-def host_batches(host, scenario, tcp: TcpProfile, features,
-                 neighbours: list[tuple[str, str]] = ()) -> tuple[list[str], list[str]]:
-    """One host's tc batch (its NIC's queue) and ip batch: its address brought up, the
-    route carrying the profile's per-route options, its static neighbours, and what the
-    namespace then has read back in the same batch (the results report that)."""
-    intf = host.defaultIntf().name
-    ip_lines = host.address_lines()       # network.link.BatchedHost: its address, brought up
+def host_requests(rtnl, host, tcp: TcpProfile, neighbours: list[tuple[str, str]] = ()) -> None:
+    """One host's loopback, address and interface brought up, the route carrying the
+    profile's per-route options and its static neighbours, queued on rtnl (a
+    netdev.HostRtnl in the host's namespace) in the order ip needs them: an address
+    before its route, a link up before a route through it."""
+    rtnl.link_up(socket.if_nametoindex("lo"), "lo")
+    for intf in host.intfList():
+        if intf.name == "lo":
+            continue
+        index = socket.if_nametoindex(intf.name)
+        if intf.IP():
+            rtnl.address(index, intf.IP(), int(intf.prefixLen), intf.name)
+        rtnl.link_up(index, intf.name)
+    intf = host.defaultIntf()
+    index = socket.if_nametoindex(intf.name)
     if tcp.route_metrics:
-        ip_lines.append(f"route replace 10.0.0.0/8 dev {intf} proto kernel scope link src {host.IP()} "
-                        f"{tcp.route_metrics}")
-    ip_lines += [f"neigh replace {nip} lladdr {mac} dev {intf} nud permanent" for nip, mac in neighbours]
-    ip_lines += ["route show 10.0.0.0/8", "neigh show nud permanent"]
-    tc_lines = [c.removeprefix("tc ") for c in nic_tc_commands(intf, scenario, features)]
-    return tc_lines, ip_lines
+        rtnl.link_route(index, "10.0.0.0", 8, host.IP(), tcp.route_metrics, intf.name)
+    for nip, mac in neighbours:
+        rtnl.neighbour(index, nip, mac, intf.name)
 
 
 def apply_sysctls(tcp: TcpProfile) -> list[str]:
@@ -313,92 +319,57 @@ def host_popen(host, cmd: list[str], **kwargs) -> subprocess.Popen:
     return subprocess.Popen(["nsenter", f"--net={host.netns_path}", "--", *cmd], **kwargs)
 
 
-# Marks a host's section in the output of a shell that configures several.
-_SECTION = "@@incast-host"
-
-
 def configure_hosts(hosts, servers, scenario, features) -> dict[str, dict]:
     """Apply each host's TCP profile, its NIC and its static neighbours; raise with the
     first host's error. Returns, per host, its profile's name and the TCP settings read
     back from its namespace (sysctls, and the route carrying the per-route options),
     its era, and the era's sysctls the kernel lacks (missing_sysctls).
 
-    Under User-Mode Linux a process costs about 20 ms of host time, so a thousand hosts
-    cannot have a handful each: one thread of this process enters each host's
-    namespace in turn for its sysctls, NIC offloads and NIC queue (over netlink), and
-    one shell per CPU runs each host's ip batch (``ip -n``, the batch on stdin: a
-    client's neighbour table for 2048 servers is over 128 KiB). A NIC that needs netem
-    (which has no netlink builder here) is made by a tc batch in the same shell."""
+    Under User-Mode Linux a process costs about 30 ms of host time, so a thousand hosts
+    cannot have one each: one thread of this process enters each host's namespace in
+    turn and sets its sysctls (/proc/sys), its NIC's offloads (ethtool's ioctl), and
+    over netlink its addresses, route, neighbours and NIC queue (netdev.HostRtnl: the
+    messages ip and tc would send, a host's sent together; a client's neighbours for
+    2048 servers are 2048 of them)."""
     neighbours = static_neighbours(hosts, servers)
     profiles = {h.name: TcpProfile.of(scenario, features, h.name) for h in hosts}
     tx_off = DATAPLANES[scenario.dataplane].host_tx_checksum
-    nic_by_tc = scenario.link.needs_netem
 
     def configure(h):
         dev = h.defaultIntf().name
+        index = socket.if_nametoindex(dev)
         netdev.offloads_off([dev], tx_checksum=tx_off)
-        if not nic_by_tc:
-            with IPRoute() as ipr:      # a netlink socket belongs to its opener's namespace
-                nic_by_netlink(ipr, socket.if_nametoindex(dev), scenario, features)
-        return apply_sysctls(profiles[h.name])
-    entering = InEachNamespace(hosts, configure, (OSError, RuntimeError))
-    shells = max(1, min(len(hosts), os.cpu_count() or 1))
-    scripts = []
-    for share in (hosts[i::shells] for i in range(shells)):
-        lines = []
-        for h in share:
-            tc_lines, ip_lines = host_batches(h, scenario, profiles[h.name], features, neighbours[h.name])
-            ns = shlex.quote(h.netns)
-            end = f"INCAST_HOST_{h.name}_END"
-            tc_cmd, tc_body = ((f"tc -n {ns} -batch - 2>&1 <<'{end}TC' && ", [*tc_lines, f"{end}TC"])
-                               if nic_by_tc else ("", []))
-            lines += [f"echo '{_SECTION} {h.name}'",
-                      f"{tc_cmd}ip -n {ns} -batch - 2>&1 <<'{end}' && echo CONFIGURED",
-                      *tc_body, *ip_lines, end, f"echo \"{_SECTION}-exit $?\""]
-        scripts.append("\n".join(lines) + "\n")
-
-    def run_shell(script: str) -> str:
-        # input= writes the script while the output is read: a hundred hosts' script and
-        # their read-back both pass a pipe's 64 KiB, and writing one before reading the
-        # other would wait forever.
-        return subprocess.run(["sh", "-s"], input=script, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True).stdout
-    with ThreadPoolExecutor(len(scripts)) as pool:
-        texts = list(pool.map(run_shell, scripts))
-    in_namespace = entering.join()       # host -> (error, sysctl lines)
-    outputs: dict[str, tuple[str, str]] = {}
-    for text in texts:
-        for section in text.split(f"{_SECTION} ")[1:]:
-            name, _, rest = section.partition("\n")
-            out, _, status = rest.rpartition(f"{_SECTION}-exit ")
-            outputs[name.strip()] = (out, status.strip())
+        # a netlink socket belongs to its opener's namespace: opened here, in the host's
+        with netdev.HostRtnl() as rtnl:
+            host_requests(rtnl, h, profiles[h.name], neighbours[h.name])
+            nic_by_netlink(rtnl, index, dev, scenario, features)
+            sysctl_lines = apply_sysctls(profiles[h.name])
+            return (sysctl_lines, rtnl.link_routes(index, dev), rtnl.permanent_neighbours(index),
+                    rtnl.netem_ns(index))
+    in_namespace = InEachNamespace(hosts, configure, (OSError, RuntimeError)).join()
     failed, applied = [], {}
     for h in hosts:
-        out, status = outputs.get(h.name, ("", "missing"))
-        error, sysctl_lines = in_namespace.get(h.name, ("not configured", None))
+        error, got = in_namespace.get(h.name, ("not configured", None))
         if error is not None:
             failed.append(f"configuring host {h.name} failed: {error}")
             continue
-        if status != "0" or "CONFIGURED" not in out:
-            lines = out.strip().splitlines()
-            failed.append(f"configuring host {h.name} failed: {lines[-1] if lines else 'no output'}")
-            continue
         applied[h.name] = {"profile": scenario.tcp.profile_of(h.name) or "tcp",
-                           **read_back("\n".join(sysctl_lines) + "\n" + out, profiles[h.name])}
+                           **read_back(*got, profiles[h.name])}
     if failed:
         raise RuntimeError(failed[0])
     return applied
 
 
-def read_back(text: str, tcp: TcpProfile) -> dict:
-    """What a host's script printed after configuring it: its sysctls (``name = value``),
-    its route and its static neighbours (``ip route``/``ip neigh`` output), and
+def read_back(sysctl_lines: list[str], routes: list[str], statics: int, netem_ns: tuple | None,
+              tcp: TcpProfile) -> dict:
+    """What a host's namespace holds once configured: its sysctls (``name = value``
+    lines), its route to the hosts (as ``ip route`` prints it), how many static
+    neighbours it has, its NIC's netem delay and jitter in ns (where it has one), and
     (missing_sysctls) the era's sysctls this kernel lacks."""
-    lines = text.strip().splitlines()
-    sysctls = dict(ln.split(" = ", 1) for ln in lines if " = " in ln)
-    route = next((ln for ln in lines if ln.startswith("10.0.0.0/8 ")), "")
-    statics = sum(1 for ln in lines if ln.rstrip().endswith("PERMANENT"))
+    sysctls = dict(ln.split(" = ", 1) for ln in sysctl_lines if " = " in ln)
+    route = next((ln for ln in routes if ln.startswith("10.0.0.0/8 ")), "")
     return {"era": tcp.era, "sysctls": sysctls, "route": route.strip(), "static_neighbours": statics,
+            **({"nic_delay_ns": list(netem_ns)} if netem_ns else {}),
             "missing_sysctls": [k for k in tcp.era_sysctls if k not in sysctls]}
 
 

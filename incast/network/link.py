@@ -11,8 +11,8 @@ Mininet (``Topo.addHost/addLink``, ``Mininet.build``), but:
   makes them all in one ``ip -batch`` (each end in its node's namespace) and brings up
   the ends in the run's own namespace (the switch ports);
 * ``DeferredIntf`` and ``BatchedHost`` record addresses instead of running ``ifconfig``;
-  each host's address, its loopback and its interface come up in the one ``ip -batch``
-  its configuration runs anyway (``hostconfig.host_batches``);
+  each host's address, its loopback and its interface come up with the rest of its
+  configuration, over netlink from inside its namespace (``hostconfig.host_requests``);
 * a ``BatchedHost`` is a named namespace without a shell.
 
 Nothing reads an interface between the two: Mininet knows each one's name, MAC (it
@@ -28,7 +28,7 @@ from incast.machine.resources import NETNS_DIR
 
 
 class DeferredIntf(Intf):
-    """An interface whose MAC and IP are recorded, not applied: a batch applies them."""
+    """An interface whose MAC and IP are recorded, not applied: the host's configuration applies them."""
 
     def config(self, mac=None, ip=None, ifconfig=None, up=True, **_params):
         if ifconfig:
@@ -59,7 +59,7 @@ class BatchedHost(Host):
     (``hostconfig.host_popen``), so a host costs no process. Under User-Mode Linux a
     process costs tens of milliseconds of host time: a thousand hosts' shells took 24 s
     of a 1020-server build. Its default configuration (IP, loopback up) is only
-    recorded on its interface; hostconfig's batches apply it."""
+    recorded on its interface; hostconfig.host_requests applies it."""
 
     def __init__(self, name, netns_of, **params):
         self.netns = netns_of(name)          # resources.Run.host_netns: the run names them
@@ -86,17 +86,6 @@ class BatchedHost(Host):
         if intf is not None and mac and mac != intf.MAC():
             raise ValueError(f"{self.name}: give a host's MAC to its link (addr1), not to the host")
         return {}
-
-    def address_lines(self) -> list[str]:
-        """ip -batch lines that give this host its address and bring it up."""
-        lines = ["link set dev lo up"]
-        for intf in self.intfList():
-            if intf.name == "lo":
-                continue
-            if intf.IP():
-                lines.append(f"address replace {intf.IP()}/{intf.prefixLen} dev {intf.name}")
-            lines.append(f"link set dev {intf.name} up")
-        return lines
 
 
 class VethBatch:
