@@ -228,11 +228,23 @@ def _netlink_messages(sock, seq: int):
             yield kind, payload
 
 
+def _plug_body(index: int, handle: str, parent: str, action: int, limit: int) -> bytes:
+    """A plug qdisc's tcmsg with its tc_plug_qopt (action, limit)."""
+    return (_TCMSG.pack(socket.AF_UNSPEC, index, transform_handle(handle), transform_handle(parent), 0)
+            + _rtattr(_TCA_KIND, b"plug\0") + _rtattr(_TCA_OPTIONS, _PLUG_QOPT.pack(action, limit)))
+
+
+def _qdiscs(messages, index: int):
+    """(handle, attributes) of each qdisc of the device index in a qdisc dump's answers."""
+    for kind, payload in messages:
+        if kind == RTM_NEWQDISC and _TCMSG.unpack_from(payload)[1] == index:
+            yield _TCMSG.unpack_from(payload)[2], dict(_rtattrs(payload[_TCMSG.size:]))
+
+
 def plug_action(index: int, *, handle: str, parent: str, action: int, limit: int) -> None:
     """`tc qdisc change dev DEV parent P handle H plug` with a raw tc_plug_qopt action;
     raises OSError with the kernel's errno."""
-    body = (_TCMSG.pack(socket.AF_UNSPEC, index, transform_handle(handle), transform_handle(parent), 0)
-            + _rtattr(_TCA_KIND, b"plug\0") + _rtattr(_TCA_OPTIONS, _PLUG_QOPT.pack(action, limit)))
+    body = _plug_body(index, handle, parent, action, limit)
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as sock:
         sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(body), RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK, 1, 0)
                   + body)
@@ -250,13 +262,9 @@ def plug_xstats(index: int, handle: str) -> dict | None:
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as sock:
         sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(body), _RTM_GETQDISC, NLM_F_REQUEST | _NLM_F_DUMP, 1, 0)
                   + body)
-        for kind, payload in _netlink_messages(sock, 1):
-            if kind != RTM_NEWQDISC:
+        for qhandle, attrs in _qdiscs(_netlink_messages(sock, 1), index):
+            if qhandle != want:
                 continue
-            _, ifindex, qhandle, _, _ = _TCMSG.unpack_from(payload)
-            if ifindex != index or qhandle != want:
-                continue
-            attrs = dict(_rtattrs(payload[_TCMSG.size:]))
             xstats = attrs.get(_TCA_XSTATS, b"")
             if attrs.get(_TCA_KIND) == b"plug\0" and len(xstats) >= _PLUG_XSTATS.size:
                 pause, resume, ignored, _, paused_ns = _PLUG_XSTATS.unpack_from(xstats)
@@ -379,9 +387,7 @@ class HostRtnl:
         """`tc qdisc replace|change dev DEV parent P handle H plug limit L|release_indefinite`
         (action: limit or release_indefinite)."""
         self._add(RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK | (0 if change else NLM_F_CREATE | NLM_F_REPLACE),
-                  _TCMSG.pack(socket.AF_UNSPEC, index, transform_handle(handle), transform_handle(parent), 0)
-                  + _rtattr(_TCA_KIND, b"plug\0")
-                  + _rtattr(_TCA_OPTIONS, _PLUG_QOPT.pack(_PLUG_ACTIONS[action], limit)),
+                  _plug_body(index, handle, parent, _PLUG_ACTIONS[action], limit),
                   f"plug {action} on ifindex {index}")
 
     def netem(self, index: int, *, parent: str, handle: str, limit: int, delay_us: float = 0,
@@ -469,10 +475,7 @@ class HostRtnl:
     def netem_ns(self, index: int) -> tuple[int, int] | None:
         """(delay, jitter) in nanoseconds of the device's netem as the kernel holds them
         (tc prints them cut to whole microseconds), or None where it has none."""
-        for kind, payload in self._dump(_RTM_GETQDISC, _TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)):
-            if kind != RTM_NEWQDISC or _TCMSG.unpack_from(payload)[1] != index:
-                continue
-            attrs = dict(_rtattrs(payload[_TCMSG.size:]))
+        for _, attrs in _qdiscs(self._dump(_RTM_GETQDISC, _TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)), index):
             if attrs.get(_TCA_KIND) == b"netem\0":
                 nested = dict(_rtattrs(attrs[_TCA_OPTIONS][_NETEM_QOPT.size:]))
                 return tuple(struct.unpack("=q", nested[k])[0] for k in (_TCA_NETEM_LATENCY64, _TCA_NETEM_JITTER64))
