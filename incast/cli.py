@@ -341,10 +341,11 @@ def cmd_setup(args) -> int:
     variants = ["--uml"] + (["--variant", "stock", "--variant", "hrtimer"] if args.vm else [])
     if not constants.KERNEL_BUILD_SH.is_file():
         raise MissingFeature(f"{constants.KERNEL_BUILD_SH} is missing: this installation carries no kernel sources")
-    done = guest.kernel_dir("uml-stock") and guest.kernel_dir("uml-hrtimer") and \
-        (not args.vm or guest.kernel_dir())
-    if done:
-        print(f"kernels: built ({guest.kernel_dir('uml-stock')})")
+    # One build.sh --print-dir a kernel family (the UML pair, the VM pair): each call
+    # hashes the kernel's inputs.
+    built = guest.kernel_dir("uml-stock", "uml-hrtimer")
+    if built and (not args.vm or guest.kernel_dir()):
+        print(f"kernels: built ({built})")
         return 0
     print("kernels: building (once; 6 to 18 minutes on 2 cores, then cached)", file=sys.stderr)
     cmd = ["bash", str(constants.KERNEL_BUILD_SH), *variants] + ([] if args.low_priority else ["--normal-priority"])
@@ -352,14 +353,14 @@ def cmd_setup(args) -> int:
     if r.returncode:
         raise RunFailed(f"{' '.join(cmd)} exited with {r.returncode} (its lines above say why; Debian's "
                         "linux-source-6.12, build-essential, bc, bison, flex and ccache are what it needs)")
-    print(f"kernels: built ({guest.kernel_dir('uml-stock')})")
+    print(f"kernels: built ({guest.kernel_dir('uml-stock', 'uml-hrtimer')})")
     return 0
 
 
 def cmd_paths(args) -> int:
     """One line a location: the package's data, the caches, and whether each is there."""
     rows = [("package", constants.PACKAGE), ("data (hosts, topologies, figures, kernels, rtl, ...)", constants.SHARE),
-            ("kernel build script", constants.KERNEL_BUILD_SH), ("UML kernels", guest.kernel_dir("uml-stock")),
+            ("kernel build script", constants.KERNEL_BUILD_SH), ("UML kernels", guest.kernel_dir("uml-stock", "uml-hrtimer")),
             ("VM kernels", guest.kernel_dir()), ("rtl sources", constants.RTL_DIR), ("labs", constants.LABS_DIR),
             ("builds (p4, bpf, rtl)", constants.BUILD_DIR), ("calibration", CALIBRATION_DIR), ("point store", default_store()),
             ("documentation and kept results", constants.DOCS_DIR)]

@@ -61,12 +61,12 @@ class VMResult:
             return None
 
 
-def kernel_dir(variant: str | None = None) -> Path | None:
-    """The kernels/build.sh result directory for the current inputs, if ``variant``
-    (default: the two VM kernels) is built there."""
+def kernel_dir(*variants: str) -> Path | None:
+    """The kernels/build.sh result directory for the current inputs, if every one of
+    ``variants`` (of one family; default: the two VM kernels) is built there."""
     if not BUILD_SH.exists():
         return None
-    args = ["--variant", variant] if variant else []
+    args = [a for v in variants for a in ("--variant", v)]
     r = subprocess.run(["bash", str(BUILD_SH), *args, "--print-dir"], capture_output=True,
                        text=True)
     out = r.stdout.strip()
