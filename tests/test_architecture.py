@@ -155,3 +155,17 @@ def test_no_data_plane_imports_another():
              for module, _, line in imports(REPO / "incast" / "dataplane" / f"{plane}.py")
              if module in {f"incast.dataplane.{o}" for o in planes - {plane}}]
     assert not wrong, wrong
+
+
+def test_every_data_plane_is_what_instruments_ask_of_it():
+    """The bench types the data plane by what instruments ask of it (Switches): every
+    registered data plane has it, with the same parameters."""
+    import importlib
+    import inspect
+    from incast.measure.instrument import Switches
+    wanted = {n: inspect.signature(getattr(Switches, n)) for n in ("telemetry", "paced_ports")}
+    for name, entry in registry.DATAPLANES.items():
+        cls = getattr(importlib.import_module(entry.module), entry.cls)
+        assert issubclass(cls, Switches), name
+        for method, sig in wanted.items():
+            assert list(inspect.signature(getattr(cls, method)).parameters) == list(sig.parameters), (name, method)

@@ -15,21 +15,38 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol, runtime_checkable
 
+from mininet.net import Mininet
+from mininet.node import Host
+
+from incast.machine.probe import Features
 from incast.registry import INSTRUMENTS
+from incast.scenario import Scenario
+
+
+@runtime_checkable
+class Switches(Protocol):
+    """What instruments ask of the data plane (incast.dataplane.DataPlane has it; the
+    data planes sit above the instruments, so they are named by what they do)."""
+
+    def telemetry(self, run_dir: Path, host_of_ip: dict[str, str], world_inode: int):
+        """A recorder of the switch ports' queues (start(), stop(t0_ns))."""
+
+    def paced_ports(self) -> list:
+        """The switch ports a root qdisc paces."""
 
 
 @dataclass
 class Bench:
     """The run as an instrument sees it: the scenario, the built network, where the
     results go, and how to start a process on a host."""
-    scenario: object
-    features: object            # incast.machine.probe.Features: the kernel and its clock
-    dataplane: object           # incast.dataplane.DataPlane: its ports, counters and telemetry
-    net: object                 # the started Mininet network
-    client: object
-    servers: list
+    scenario: Scenario
+    features: Features          # the kernel and its clock
+    dataplane: Switches         # its ports and telemetry
+    net: Mininet                # the started network
+    client: Host
+    servers: list[Host]
     dscps: list[int]            # each server's DSCP, in the order of servers
     netns: frozenset[int]       # inodes of the run's network namespaces (its hosts' and the switches')
     world_inode: int            # inode of the switches' namespace
@@ -63,7 +80,7 @@ class Instrument:
         self.bench = bench
 
     @classmethod
-    def wanted(cls, scenario, features) -> bool:
+    def wanted(cls, scenario: Scenario, features: Features) -> bool:
         """Whether a run of this scenario on this machine measures with it."""
         return True
 
@@ -81,7 +98,7 @@ class Instrument:
         return Readings()
 
 
-def selected(scenario, features) -> list[type[Instrument]]:
+def selected(scenario: Scenario, features: Features) -> list[type[Instrument]]:
     """The instruments a run of the scenario measures with, in the registry's order."""
     classes = [getattr(importlib.import_module(e.module), e.cls) for e in INSTRUMENTS.values()]
     return [c for c in classes if c.wanted(scenario, features)]
