@@ -42,7 +42,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from incast.measure.instrument import Instrument, Readings
+from incast.measure.instrument import Facts, Instrument, Readings
 
 # /proc/stat's columns, in order.
 USER, NICE, SYSTEM, IDLE, IOWAIT, IRQ, SOFTIRQ, STEAL = range(8)
@@ -212,4 +212,4 @@ class CpuUse(Instrument):
         self.after = snapshot(self.bench.netns)
 
     def stop(self) -> Readings:
-        return Readings(facts={"cpu": use(self.before, self.after)})
+        return Readings(facts=Facts(cpu=use(self.before, self.after)))

@@ -36,7 +36,7 @@ from incast.clock import REAL, Clock
 from incast.constants import BPF_BUILD_DIR, ETH_HLEN, NIC_SLACK_FRAMES_MAX, WIRE_OVERHEAD
 from incast.machine import resources
 from incast.measure.cpu import describe_load
-from incast.measure.instrument import Instrument, Readings
+from incast.measure.instrument import Facts, Instrument, Readings
 from incast.registry import DATAPLANES
 
 BINARY = BPF_BUILD_DIR / "link-monitor"
@@ -184,7 +184,7 @@ class LinkMonitor(Instrument):
             return Readings()
         rows = link_rows(self.links, raw)
         return Readings(tables={"links.parquet": pd.DataFrame(rows)},
-                        facts={"link_rows": rows, "watchdog": raw.get("watchdog"), "monitored": True})
+                        facts=Facts(link_rows=rows, watchdog=raw.get("watchdog"), monitored=True))
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -13,10 +13,11 @@ file, and its line in the registry.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 
+import pandas as pd
 from mininet.net import Mininet
 from mininet.node import Host
 
@@ -58,19 +59,38 @@ class Bench:
 
 
 @dataclass
+class Facts:
+    """What a run is judged by (incast.measure.fidelity.assess) and summarized with, not
+    written as it is: one field a fact, each given by the instrument that measures it."""
+    link_rows: list[dict] = field(default_factory=list)     # the link monitor's per-port service
+    watchdog: dict | None = None        # the link monitor's own lateness, where it ran
+    monitored: bool = False             # whether the link monitor ran
+    cpu: dict = field(default_factory=dict)                 # CPU use over the run (incast.measure.cpu)
+    dataplane_warnings: list[str] = field(default_factory=list)     # the data plane fell behind
+    telemetry_lost: int | None = None   # telemetry records the collector missed
+
+    def add(self, other: Facts) -> None:
+        """Another instrument's facts: warnings add up, any other fact it gave is taken."""
+        self.dataplane_warnings = self.dataplane_warnings + other.dataplane_warnings
+        for f in fields(self):
+            given = getattr(other, f.name)
+            if f.name != "dataplane_warnings" and given != getattr(Facts(), f.name):
+                setattr(self, f.name, given)
+
+
+@dataclass
 class Readings:
     """What instruments hand back when they stop (and, merged, what they all did)."""
-    tables: dict = field(default_factory=dict)      # results file name -> pandas DataFrame
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # results file -> table (its registry entry's)
     summary: dict = field(default_factory=dict)     # summary.json fields
     messages: list[str] = field(default_factory=list)   # lines for the user ("warning: ..." where one is)
-    facts: dict = field(default_factory=dict)       # what the run is judged by, not written as it is
+    facts: Facts = field(default_factory=Facts)
 
     def add(self, other: Readings) -> None:
         self.tables.update(other.tables)
         self.summary.update(other.summary)
         self.messages += other.messages
-        for k, v in other.facts.items():     # lists (warnings) from several instruments add up
-            self.facts[k] = self.facts[k] + v if isinstance(v, list) and isinstance(self.facts.get(k), list) else v
+        self.facts.add(other.facts)
 
 
 class Instrument:
@@ -125,8 +145,20 @@ class Instruments:
             i.measured(rep)
 
     def stop(self) -> Readings:
-        stopped = [i.stop() for i in reversed(self.all)]
+        stopped = [(i, i.stop()) for i in reversed(self.all)]
         readings = Readings()
-        for r in reversed(stopped):     # merged in the registry's order
+        for i, r in reversed(stopped):     # merged in the registry's order
+            declared = declared_tables(type(i))
+            if not set(r.tables) <= set(declared):
+                raise RuntimeError(f"{type(i).__name__} wrote {sorted(set(r.tables) - set(declared))}, which its "
+                                   f"line in incast.registry.INSTRUMENTS does not name (it names {list(declared)})")
             readings.add(r)
         return readings
+
+
+def declared_tables(cls: type[Instrument]) -> tuple[str, ...]:
+    """The results tables an instrument's registry line says it writes."""
+    for e in INSTRUMENTS.values():
+        if (e.module, e.cls) == (cls.__module__, cls.__name__):
+            return e.tables
+    raise LookupError(f"{cls.__module__}.{cls.__name__} has no line in incast.registry.INSTRUMENTS")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from incast.constants import RTO_COUNTERS
-from incast.measure.instrument import Instrument, Readings
+from incast.measure.instrument import Facts, Instrument, Readings
 from incast.network.hostconfig import InEachNamespace
 
 # TCPSpuriousRtxHostQueues: retransmissions (an RTO's among them) the kernel deferred
@@ -114,4 +114,4 @@ class Counters(Instrument):
                             "by the switch (raise net.core.netdev_max_backlog)")
         return Readings(tables={"counters.parquet": pd.DataFrame(self.counter_rows), "queues.parquet": queues},
                         summary={"backlog_drops": self.backlog_drops, **health}, messages=messages,
-                        facts={"dataplane_warnings": warnings})
+                        facts=Facts(dataplane_warnings=warnings))

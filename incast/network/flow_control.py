@@ -28,7 +28,7 @@ import numpy as np
 
 from incast.constants import ETH_HLEN, HOSTS_DIR
 from incast.errors import RunFailed
-from incast.measure.instrument import Instrument, Readings
+from incast.measure.instrument import Facts, Instrument, Readings
 from incast.machine import netdev
 from incast.network import hostconfig
 from incast.scenario import PAUSE_FRAMES_IN_FLIGHT
@@ -101,7 +101,7 @@ class FlowControl(Instrument):
             lag.append(late)
             messages.append(late)
         return Readings(tables={"pause_ports.parquet": ports} if ports is not None else {},
-                        summary=summary, messages=messages, facts={"dataplane_warnings": lag})
+                        summary=summary, messages=messages, facts=Facts(dataplane_warnings=lag))
 
 
 def host_classes(scenario, hosts, servers, dscps) -> dict[str, set[int]]:

@@ -34,7 +34,7 @@ from incast.measure import calibration, fidelity
 from incast.measure.instrument import Bench, Instruments, Readings, selected
 from incast.measure.results import Outcome, ResultsDir, measured_seconds, one_line, summarize
 from incast.network import hostconfig
-from incast.registry import DATAPLANES
+from incast.registry import DATAPLANES, INSTRUMENTS
 from incast.run import lab as labs
 from incast.run.in_guest import run_in_guest
 from incast.run.lines import Lines
@@ -178,9 +178,11 @@ class _Repetitions:
 
 def _summary(scenario, lab: labs.Lab, blocks, readings: Readings, tcp, auto_rate, results, calibrating, log,
              clock) -> dict:
-    tables, facts = readings.tables, readings.facts
-    summary = summarize(blocks, tables["counters.parquet"], tables["queues.parquet"],
-                        tables.get("telemetry.parquet"), facts.get("telemetry_lost"), scenario.link.rate,
+    tables = readings.tables
+    counters, queues = INSTRUMENTS["counters"].tables
+    telemetry, = INSTRUMENTS["telemetry"].tables
+    summary = summarize(blocks, tables[counters], tables[queues], tables.get(telemetry),
+                        readings.facts.telemetry_lost, scenario.link.rate,
                         scenario.topology.senders, lab.bottleneck.name)
     summary.update({"dataplane": scenario.dataplane, "cc": tcp.cc, "rto_min_us": tcp.rto_min_us,
                     "rto_floor_us": tcp.rto_floor_us, "bottleneck_port": lab.bottleneck.name,
@@ -207,9 +209,8 @@ def _fidelity(scenario, blocks, readings: Readings, calibrating: bool, log, cloc
             "is one the machine holds (incast calibrate: under a minute, once)")
     facts = readings.facts
     verdict = fidelity.assess(
-        facts.get("link_rows", []), facts.get("watchdog"), facts.get("cpu", {}),
-        readings.summary.get("backlog_drops", 0), facts.get("dataplane_warnings", []),
-        facts.get("monitored", False), measured_ms=measured_seconds(blocks) * 1000,
+        facts.link_rows, facts.watchdog, facts.cpu, readings.summary.get("backlog_drops", 0),
+        facts.dataplane_warnings, facts.monitored, measured_ms=measured_seconds(blocks) * 1000,
         rate_bps=scenario.link.rate, faithful_bps=faithful_bps, senders=scenario.topology.senders, clock=clock)
     # A sweep run with --force-jobs: how many runs shared the machine with this one (their
     # load shows in this run's CPU and link measurements, which judge it).
