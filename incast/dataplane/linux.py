@@ -80,7 +80,7 @@ def bridge_start_commands(bridge: str, ports: list[str], trunks: list[str]) -> l
 
 def htb_burst(mtu: int, exact_timers: bool = False) -> int:
     """HTB's bucket: a few frames where timers wake late, two where they are exact
-    (virtual time: see hostconfig.nic_qdisc)."""
+    (virtual time: see hostconfig.nic_bucket)."""
     return (EXACT_BURST_FRAMES if exact_timers else BURST_FRAMES) * (mtu + ETH_HLEN)
 
 

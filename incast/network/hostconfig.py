@@ -5,8 +5,8 @@ so hosts never change the machine's own TCP. A host's sysctls and NIC offloads a
 from inside its namespace by a thread of this process, over netlink: no process is
 started for a host (under User-Mode Linux a process costs about 30 ms of host time).
 
-The host's NIC is an HTB at the link rate: a server cannot put more than 1 Gbit/s on
-its link, as on real hardware. Its queue is the host's transmit queue (bounded by TCP
+The host's NIC is a token bucket (tbf) at the link rate: a server cannot put more than
+1 Gbit/s on its link, as on real hardware. Its queue is the host's transmit queue (bounded by TCP
 small queues, never dropping: its limit is far above what TSQ lets a socket queue);
 losses happen only at the switch.
 """
@@ -147,34 +147,77 @@ def nic_bucket(rate: int, mtu: int, exact_timers: bool = False) -> tuple[int, in
     return frame + slack, nic_queue_bytes(mtu)
 
 
-def nic_qdisc(dev: str, rate: int, mtu: int, paused: bool = False, exact_timers: bool = False) -> str:
-    """The host NIC's token bucket (nic_bucket) as a tc batch line; paused: a bucket
-    that sends nothing more (bar the frame already on its way, as on a real NIC)."""
-    frame = mtu + ETH_HLEN
-    burst, limit = nic_bucket(rate, mtu, exact_timers)
-    if paused:
-        return f"qdisc change dev {dev} root handle 1: tbf rate 8bit burst {frame} limit {limit}"
-    return (f"qdisc replace dev {dev} root handle 1: tbf rate {rate}bit burst {burst} "
-            f"limit {limit} overhead {WIRE_OVERHEAD}")
+@dataclass(frozen=True)
+class NicQdisc:
+    """One qdisc of a host's NIC (nic_layout): its kind, place and options, which
+    nic_by_netlink sends over netlink and nic_tc_commands writes as tc lines."""
+    kind: str               # "tbf", "plug" or "netem"
+    parent: str             # "root" or a class
+    handle: str
+    options: dict
+
+
+def nic_layout(scenario, features=None) -> list[NicQdisc]:
+    """The qdiscs of a host's NIC, root first: the token bucket at the link rate (nic_bucket);
+    netem under it where the link has a delay, jitter or loss; and where PAUSE stops the
+    host by a plug, the plug under the bucket (or under netem where hosts obey PAUSE in
+    their kernel). A plug is made holding everything and released at once."""
+    link = scenario.link
+    burst, limit = nic_bucket(link.rate, link.mtu, _exact_timers(features))
+    layout = [NicQdisc("tbf", "root", "1:", {"rate_bps": link.rate, "burst": burst, "limit": limit,
+                                             "overhead": WIRE_OVERHEAD})]
+    plug = ("1:1", PLUG_HANDLE) if pause_by_plug(scenario, features) else None
+    if link.needs_netem:
+        layout.append(NicQdisc("netem", "1:1", "10:", {"limit": NIC_QUEUE_PACKETS, "delay_us": link.delay,
+                                                        "jitter_us": link.jitter, "loss_pct": link.loss}))
+        plug = obeying_plug(scenario, features)
+    if plug:
+        layout.append(NicQdisc("plug", plug[0], plug[1], {"limit": nic_queue_bytes(link.mtu)}))
+    return layout
 
 
 def nic_by_netlink(rtnl, index: int, dev: str, scenario, features) -> None:
-    """The NIC that nic_tc_commands describes, made over netlink from a thread in the
-    host's namespace (rtnl: a netdev.HostRtnl opened there): the same qdiscs, without
-    a tc process per host."""
-    link = scenario.link
-    burst, limit = nic_bucket(link.rate, link.mtu, _exact_timers(features))
-    rtnl.tbf(index, handle="1:", rate_bps=link.rate, burst=burst, limit=limit, overhead=WIRE_OVERHEAD)
-    plug = ("1:1", PLUG_HANDLE) if pause_by_plug(scenario, features) else None
-    if link.needs_netem:
-        rtnl.netem(index, parent="1:1", handle="10:", limit=NIC_QUEUE_PACKETS, delay_us=link.delay,
-                   jitter_us=link.jitter, loss_pct=link.loss, what=dev)
-        plug = obeying_plug(scenario, features)
-    if plug:
-        # A new plug holds everything until told otherwise: released at once.
-        rtnl.plug(index, parent=plug[0], handle=plug[1], action="limit", limit=nic_queue_bytes(link.mtu))
-        rtnl.plug(index, parent=plug[0], handle=plug[1], action="release_indefinite", change=True)
+    """nic_layout made over netlink from a thread in the host's namespace (rtnl: a
+    netdev.HostRtnl opened there), without a tc process per host."""
+    for q in nic_layout(scenario, features):
+        o = q.options
+        if q.kind == "tbf":
+            rtnl.tbf(index, handle=q.handle, **o)
+        elif q.kind == "netem":
+            rtnl.netem(index, parent=q.parent, handle=q.handle, what=dev, **o)
+        else:
+            rtnl.plug(index, parent=q.parent, handle=q.handle, action="limit", limit=o["limit"])
+            rtnl.plug(index, parent=q.parent, handle=q.handle, action="release_indefinite", change=True)
     rtnl.commit()
+
+
+def nic_tc_commands(dev: str, scenario, features=None) -> list[str]:
+    """nic_layout as tc lines (tc rounds netem's delay to 64 ns ticks, which the netlink
+    build does not): what a user would type, and the reference the tests compare the
+    netlink build with."""
+    cmds = []
+    for q in nic_layout(scenario, features):
+        if q.kind == "plug":
+            cmds += [f"tc {_tc_line(q, dev)}", f"tc {_tc_line(q, dev, 'change', release=True)}"]
+        else:
+            cmds.append(f"tc {_tc_line(q, dev)}")
+    return cmds
+
+
+def _tc_line(q: NicQdisc, dev: str, verb: str = "replace", release: bool = False) -> str:
+    """One qdisc of nic_layout as a tc batch line."""
+    o = q.options
+    at = f"qdisc {verb} dev {dev} {'root' if q.parent == 'root' else 'parent ' + q.parent} handle {q.handle}"
+    if q.kind == "tbf":
+        return f"{at} tbf rate {o['rate_bps']}bit burst {o['burst']} limit {o['limit']} overhead {o['overhead']}"
+    if q.kind == "plug":
+        return f"{at} plug release_indefinite" if release else f"{at} plug limit {o['limit']}"
+    netem = f"{at} netem limit {o['limit']}"
+    if o["delay_us"]:
+        netem += f" delay {o['delay_us']}us" + (f" {o['jitter_us']}us" if o["jitter_us"] else "")
+    if o["loss_pct"]:
+        netem += f" loss {o['loss_pct']}%"
+    return netem
 
 
 def _exact_timers(features) -> bool:
@@ -209,39 +252,18 @@ def pause_by_plug(scenario, features) -> bool:
                 and not scenario.link.needs_netem)
 
 
-def nic_tc_commands(dev: str, scenario, features=None) -> list[str]:
-    link = scenario.link
-    cmds = ["tc " + nic_qdisc(dev, link.rate, link.mtu, exact_timers=_exact_timers(features))]
-    if pause_by_plug(scenario, features):
-        # A new plug holds everything until told otherwise.
-        cmds += [f"tc qdisc replace dev {dev} parent 1:1 handle {PLUG_HANDLE} plug limit {nic_queue_bytes(link.mtu)}",
-                 f"tc qdisc change dev {dev} parent 1:1 handle {PLUG_HANDLE} plug release_indefinite"]
-    if link.needs_netem:
-        netem = f"netem limit {NIC_QUEUE_PACKETS}"
-        if link.delay:
-            netem += f" delay {link.delay}us"
-            if link.jitter:
-                netem += f" {link.jitter}us"
-        if link.loss:
-            netem += f" loss {link.loss}%"
-        cmds.append(f"tc qdisc replace dev {dev} parent 1:1 handle 10: {netem}")
-        if obeying_plug(scenario, features):
-            # Passes everything until the kernel is told to obey PAUSE in it.
-            parent, handle = obeying_plug(scenario, features)
-            cmds += [f"tc qdisc replace dev {dev} parent {parent} handle {handle} plug limit {nic_queue_bytes(link.mtu)}",
-                     f"tc qdisc change dev {dev} parent {parent} handle {handle} plug release_indefinite"]
-    return cmds
-
-
 def pause_commands(dev: str, scenario, features=None) -> tuple[str, str]:
-    """tc batch lines that stop and restart a host's egress (for the PAUSE agent)."""
-    link = scenario.link
+    """tc batch lines that stop and restart a host's egress (for the PAUSE agent): the
+    plug blocked and released where PAUSE stops the host by a plug; else the token bucket
+    changed to one that sends nothing more (bar the frame already on its way, as on a
+    real NIC) and back."""
     if pause_by_plug(scenario, features):
         plug = f"qdisc change dev {dev} parent 1:1 handle {PLUG_HANDLE} plug"
         return f"{plug} block", f"{plug} release_indefinite"
-    resume = nic_qdisc(dev, link.rate, link.mtu, exact_timers=_exact_timers(features))
-    resume = resume.replace("qdisc replace", "qdisc change", 1)
-    return nic_qdisc(dev, link.rate, link.mtu, paused=True), resume
+    bucket = nic_layout(scenario, features)[0]
+    frame = scenario.link.mtu + ETH_HLEN
+    stop = f"qdisc change dev {dev} root handle {bucket.handle} tbf rate 8bit burst {frame} limit {bucket.options['limit']}"
+    return stop, _tc_line(bucket, dev, "change")
 
 
 def static_neighbours(hosts, servers) -> dict[str, list[tuple[str, str]]]:
