@@ -63,6 +63,7 @@ def test_doubling_the_buffer_delays_the_collapse(measure):
     assert large > small, f"onset {small} servers at 32 KiB, {large} at 64 KiB"
 
 
+@pytest.mark.long       # real time, 190 s: FAST'08's SRU claims are judged in the check (fast08-sru)
 def test_larger_sru_raises_goodput(measure):
     small = measure(senders=16, sru="64KiB")
     large = measure(senders=16, sru="1MiB", blocks=10)
