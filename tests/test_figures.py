@@ -952,3 +952,38 @@ def test_a_full_figure_decides_each_claim_on_bytes_over_time_too(tmp_path):
     t = pd.read_parquet(tmp_path / "sweep.parquet")
     limit = judge.link_limit(t) * judge.PAYLOAD_SHARE
     assert [judge.judge_claim(fig, t, fig.claims[0], limit, s)[0] for s in make.DECIDE_ON] == ["holds", "holds"]
+
+
+def test_a_point_short_of_its_runs_by_a_failure_runs_the_failed_seed_again(tmp_path):
+    """A run that failed (the point store keeps only finished runs) runs again once at
+    the same look, before the look moves on: ten runs stay ten, and the table keeps the
+    failed attempt beside the run that finished."""
+    fig = figure.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
+    runs = table([("200us", 16, 900.0)] * 6).assign(point_key=[f"k{i}" for i in range(6)], error=None)
+    runs.loc[5, ["goodput_mbps", "error"]] = [float("nan"), "simple_switch_CLI on s1 failed"]
+    runs.to_parquet(tmp_path / "sweep.parquet")
+    assert make.failed_runs(fig, runs, [("200us", 16)]) == 1
+    assert make.failed_runs(fig, runs, [("200us", 32)]) == 0
+    asked = []
+    run_more = more_runs(asked, lambda repeat: table([("200us", 16, 900.0)] * repeat).assign(
+        point_key=[f"k{i}" for i in range(repeat)], error=None))
+    assert make.decide(fig, tmp_path, {}, {}, {}, 6, 80, run_more) == 6 and asked == [6]
+    t = pd.read_parquet(tmp_path / "sweep.parquet")
+    assert len(t) == 7 and t["error"].notna().sum() == 1 and t["point_key"].nunique() == 6
+    assert judge.judge(fig, t)[0]["verdict"] == "holds"
+
+
+def test_a_seed_that_fails_again_does_not_hold_the_look_back(tmp_path):
+    """A failure is tried again once a look: when the seed fails again, the look moves
+    on to the next designed number of runs."""
+    fig = figure.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
+
+    def rows(repeat):
+        t = table([("200us", 16, 900.0)] * repeat).assign(point_key=[f"k{i}" for i in range(repeat)], error=None)
+        t.loc[5, ["goodput_mbps", "error"]] = [float("nan"), "failed"]
+        return t
+    rows(6).to_parquet(tmp_path / "sweep.parquet")
+    asked = []
+    assert make.decide(fig, tmp_path, {}, {}, {}, 6, 80, more_runs(asked, rows)) == 10 and asked == [6, 10]
+    t = pd.read_parquet(tmp_path / "sweep.parquet")
+    assert t["error"].notna().sum() == 3 and t["point_key"].nunique() == 10

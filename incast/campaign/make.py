@@ -146,6 +146,28 @@ MAX_REPEAT = 80
 DECIDE_ON = (MEDIAN, POOLED)
 
 
+def failed_runs(fig: Figure, table: pd.DataFrame, points) -> int:
+    """How many runs at `points` ((series, x) pairs) failed and have not run since."""
+    if "error" not in table:
+        return 0
+    bad = table[table["error"].notna()]
+    if "point_key" in table:
+        bad = bad[~bad["point_key"].isin(table.loc[table["error"].isna(), "point_key"])]
+        bad = bad.drop_duplicates("point_key")
+    at = {(str(s), float(x)) for s, x in points}
+    return sum((str(s), float(x)) in at for s, x in zip(bad[col(fig.series)], bad[col(fig.x)]))
+
+
+def joined(table: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:
+    """A round's runs added to the figure's table: a run the table has (its point key)
+    is not added again; a failed attempt is kept beside the run that later finished."""
+    t = pd.concat([table, extra], ignore_index=True)
+    if "point_key" not in t:
+        return t
+    ok = t["error"].isna() if "error" in t else pd.Series(True, index=t.index)
+    return t[~(ok & t["point_key"].where(ok).duplicated())].reset_index(drop=True)
+
+
 def decide(fig: Figure, final: Path, data: dict, overrides: dict, grid: dict, repeat: int,
            max_repeat: int, run_more, log=lambda m: None, numbers: bool = False,
            stats: tuple[str, ...] = (MEDIAN,)) -> int:
@@ -160,23 +182,33 @@ def decide(fig: Figure, final: Path, data: dict, overrides: dict, grid: dict, re
     current = repeat
     # No look past the last designed one: the judge's 90% is stated for REPEAT_STEPS.
     max_repeat = min(max_repeat, REPEAT_STEPS[-1])
+    retried: set[int] = set()
     while current < max_repeat:
         todo = undecided_points(fig, table, numbers, stats)
         if not todo:
             break
-        current = min(next((r for r in REPEAT_STEPS if r > current), max_repeat), max_repeat)
-        log(f"undecided: {', '.join(f'{s} at {x:g}' for s, x in todo)}; {current} runs each")
+        failed = failed_runs(fig, table, todo)
+        where = ', '.join(f'{s} at {x:g}' for s, x in todo)
+        if failed and current not in retried:
+            # A run that failed measured nothing (the store keeps only finished runs), so
+            # the same seeds run again once, at this look, before the look moves on: a
+            # point short of its runs by a failure is not a reason for twice the runs at
+            # every point. The failed rows stay in the table (the report counts them).
+            retried.add(current)
+            log(f"undecided: {where}; {failed} failed run(s) there run again ({current} runs each)")
+            name = f"retry{current}"
+        else:
+            current = min(next((r for r in REPEAT_STEPS if r > current), max_repeat), max_repeat)
+            log(f"undecided: {where}; {current} runs each")
+            name = f"repeat{current}"
         points = []
         for series, x in todo:
             g = {**grid, fig.series: [str(series)], fig.x: [f"{x:g}"]}
             points += sweep.expand(data, overrides, sweep.parse_grid([], g))
         more = run_more(points, {fig.series: sorted({str(s) for s, _ in todo}),
                                  fig.x: sorted({f"{x:g}" for _, x in todo})},
-                        current, final / "more" / f"repeat{current}")
-        extra = pd.read_parquet(more.final / "sweep.parquet")
-        table = pd.concat([table, extra], ignore_index=True)
-        if "point_key" in table:
-            table = table.drop_duplicates("point_key", keep="first")
+                        current, final / "more" / name)
+        table = joined(table, pd.read_parquet(more.final / "sweep.parquet"))
         tmp = final / ".sweep.parquet.tmp"
         table.to_parquet(tmp, index=False)
         tmp.replace(final / "sweep.parquet")
