@@ -987,3 +987,18 @@ def test_a_seed_that_fails_again_does_not_hold_the_look_back(tmp_path):
     assert make.decide(fig, tmp_path, {}, {}, {}, 6, 80, more_runs(asked, rows)) == 10 and asked == [6, 10]
     t = pd.read_parquet(tmp_path / "sweep.parquet")
     assert t["error"].notna().sum() == 3 and t["point_key"].nunique() == 10
+
+
+def test_a_failed_run_is_told_whole_and_a_finished_one_not_at_all():
+    """incast figure's log of a sweep: every line a failed run wrote (the table keeps
+    one), nothing of the runs that finished."""
+    said = []
+    log = make.failures_told(said.append)
+    for m in ["run 3: starting", "run 4 failed: incast: run failed: simple_switch_CLI on s1 failed",
+              "run 4: Traceback (most recent call last):", "run 3: done",
+              "run 4: thrift.transport.TTransport.TTransportException: TSocket read 0 bytes",
+              "run 41: unrelated"]:
+        log(m)
+    assert said == ["run 4 failed: incast: run failed: simple_switch_CLI on s1 failed",
+                    "run 4: Traceback (most recent call last):",
+                    "run 4: thrift.transport.TTransport.TTransportException: TSocket read 0 bytes"]

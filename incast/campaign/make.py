@@ -12,6 +12,7 @@ figure runs, not to judge the claims at the paper's scale.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -168,6 +169,22 @@ def joined(table: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:
     return t[~(ok & t["point_key"].where(ok).duplicated())].reset_index(drop=True)
 
 
+def failures_told(say):
+    """A sweep's log (incast.run.sweep.run_sweep's `log`) cut to its failed runs, each
+    with the whole of what it wrote: the table keeps one line of a failed run's error,
+    often not the line that says why."""
+    failed: set[str] = set()
+
+    def log(msg: str) -> None:
+        m = re.match(r"run (\d+)( failed)?: ", msg)
+        if m and m.group(2):
+            failed.add(m.group(1))
+            say(msg)
+        elif m and m.group(1) in failed:
+            say(msg)
+    return log
+
+
 def decide(fig: Figure, final: Path, data: dict, overrides: dict, grid: dict, repeat: int,
            max_repeat: int, run_more, log=lambda m: None, numbers: bool = False,
            stats: tuple[str, ...] = (MEDIAN,)) -> int:
@@ -238,10 +255,11 @@ def cmd_figure(args) -> int:
     out = Path(args.out) if args.out else Path("results") / f"figure-{fig.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     print(f"{fig.paper}, {fig.figure}: {fig.caption}", file=sys.stderr)
     calibrate.ensure(points[0][1], lambda m: print(m, file=sys.stderr))
+    told = failures_told(lambda m: print(m, file=sys.stderr))
     result = sweep.run_sweep(points, grid, repeat, out, unique=not args.out,
                              meta={"figure": fig.name, "quick": args.quick, "base": data, "overrides": overrides,
                                    **provenance()},
-                             progress=sweep.runs_bar,
+                             log=told, progress=sweep.runs_bar,
                              jobs=args.jobs, executor=args.executor, force_jobs=args.force_jobs,
                              batch=getattr(args, "batch", None),
                              fresh=args.fresh)
@@ -251,7 +269,7 @@ def cmd_figure(args) -> int:
     decide(fig, result.final, data, overrides, grid, repeat, args.max_repeat,
            lambda pts, g, r, out: sweep.run_sweep(
                pts, g, r, out, unique=True, meta={"figure": fig.name, "more_runs_for": "undecided claims"},
-               progress=sweep.runs_bar,
+               log=told, progress=sweep.runs_bar,
                jobs=args.jobs, executor=args.executor, force_jobs=args.force_jobs,
                batch=getattr(args, "batch", None), fresh=args.fresh),
            log=lambda m: print(m, file=sys.stderr), numbers=not args.quick,
