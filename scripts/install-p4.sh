@@ -25,7 +25,11 @@
 #   --jobs N       make -jN (default: the number of CPUs)
 #   --no-link      do not link simple_switch, simple_switch_CLI, p4c and p4c-bm2-ss
 #                  into /usr/local/bin (they are then only in DIR/bin)
-# Compiles run under nice -n 19 ionice -c3. The build tree (/var/tmp/incast-p4-build)
+# The prefix is made known to ld.so and Python by /etc/ld.so.conf.d/NAME.conf and
+# /usr/lib/python3/dist-packages/NAME.pth, NAME being incast-p4 for /opt/p4 and
+# incast-p4_<prefix> for another prefix (/opt/p4-grpc: incast-p4_grpc), so that a
+# second prefix leaves the first one's files alone.
+# Compiles run under nice -n 19 ionice -c3. The build tree (/var/tmp/NAME-build)
 # is removed after a successful build; run again after an interruption, the build resumes
 # there (a bmv2 of the pinned release already under the prefix is not built again).
 set -euo pipefail
@@ -45,7 +49,11 @@ jobs=$(nproc)
 link=1
 while [ $# -gt 0 ]; do
   case $1 in
-    --prefix) prefix=$2; shift 2 ;;
+    --prefix|--src|--from|--jobs)
+      [ $# -ge 2 ] || { echo "install-p4: $1 needs a value" >&2; exit 2; } ;;
+  esac
+  case $1 in
+    --prefix) prefix=$(realpath -ms "$2"); shift 2 ;;
     --src) src=$(cd "$2" && pwd); shift 2 ;;
     --from) from=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
@@ -55,6 +63,18 @@ while [ $# -gt 0 ]; do
   esac
 done
 case $from in auto|packages|source) ;; *) echo "install-p4: --from auto, packages or source" >&2; exit 2 ;; esac
+# What the prefix's ld.so.conf.d and .pth files and the build tree are named after. "_"
+# sorts after ".", and ld.so.conf.d and Python read their files in sorted order: the
+# default prefix comes first, and another one only adds what it lacks (the same bmv2
+# Python modules in two prefixes are the default's).
+if [ "$prefix" = /opt/p4 ]; then
+  tag=incast-p4
+else
+  tag=incast-p4_$(printf '%s' "$prefix" | sed 's|^/opt/||; s|^p4-||; s|[^A-Za-z0-9.-]|-|g; s|^[-.]*||')
+fi
+ldconf=/etc/ld.so.conf.d/$tag.conf
+pth=/usr/lib/python3/dist-packages/$tag.pth
+work=/var/tmp/$tag-build
 [ "$(id -u)" = 0 ] || { echo "install-p4: run as root" >&2; exit 2; }
 
 log() { echo "install-p4: $*" >&2; }
@@ -102,13 +122,13 @@ runtime_deps=(libthrift-0.17.0 libnanomsg5 libpcap0.8 libgmp10 libssl3
 
 # ld.so, Python and /usr/local/bin see the prefix (idempotent).
 post_install() {
-  echo "$prefix/lib" > /etc/ld.so.conf.d/incast-p4.conf
+  echo "$prefix/lib" > "$ldconf"
   ldconfig
   # bmv2's Python modules (the CLIs import them), for Debian's python3 and the venvs
   # that see its packages.
   local site
   for site in "$prefix"/lib/python3*/site-packages; do
-    if [ -d "$site" ]; then echo "$site" > /usr/lib/python3/dist-packages/incast-p4.pth; fi
+    if [ -d "$site" ]; then echo "$site" > "$pth"; fi
   done
   # bmv2's CLIs say `#!/usr/bin/env python3`, which in an activated venv is the venv's
   # Python; they need Debian's (python3-thrift, the .pth above).
@@ -242,7 +262,6 @@ step() {
 t=$(date +%s)
 apt_install "${build_deps[@]}"
 log "build dependencies (apt): $(($(date +%s) - t)) s, load average $(load)"
-work=/var/tmp/incast-p4-build
 # An interrupted build resumes: the trees stay while they hold the same releases from
 # the same place (make redoes only what is missing); anything else starts afresh.
 sources="bmv2 $BMV2_TAG p4c $P4C_TAG from ${src:-$BMV2_GIT $P4C_GIT}"
@@ -256,7 +275,9 @@ if [ "$(cat "$work/.sources" 2>/dev/null)" != "$sources" ]; then
     [ -f "$src/p4c/control-plane/p4runtime/proto/p4/v1/p4runtime.proto" ] ||
       { log "$src/p4c/control-plane/p4runtime is empty (p4c's p4runtime submodule)"; exit 2; }
     log "sources from $src"
-    cp -a "$src/behavioral-model" "$src/p4c" "$work/"
+    # -H: DIR/behavioral-model may be a symbolic link, which is copied as the tree it
+    # points to (the build must not happen in that tree)
+    cp -aH "$src/behavioral-model" "$src/p4c" "$work/"
   else
     log "cloning bmv2 $BMV2_TAG and p4c $P4C_TAG"
     git clone -q --depth 1 --branch "$BMV2_TAG" "$BMV2_GIT" "$work/behavioral-model"
