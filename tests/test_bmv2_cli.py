@@ -61,3 +61,64 @@ def test_close_leaves_no_process(session):
     proc = session.proc
     session.close()
     assert proc.poll() == 0
+
+
+# A stand-in for a switch that bmv2 announced before it serves the simple_switch
+# service: the first N sessions' clock query fails as bmv2's does then (the exception
+# the CLI dies of), the later ones answer. N and the sessions started are in files.
+WAKING_CLI = textwrap.dedent("""\
+    import cmd, pathlib, sys
+    state = pathlib.Path(sys.argv[0]).with_name("started")
+    n = int(state.read_text()) if state.exists() else 0
+    state.write_text(str(n + 1))
+    failing = int(pathlib.Path(sys.argv[0]).with_name("failing").read_text())
+    class Fake(cmd.Cmd):
+        prompt = "RuntimeCmd: "
+        def do_get_time_elapsed(self, line):
+            if n < failing:
+                print("Traceback (most recent call last):")
+                print("thrift.Thrift.TApplicationException: TMultiplexedProcessor: Unknown service: "
+                      "simple_switch. Did you forget to call registerProcessor()?")
+                sys.exit(1)
+            print("1234")
+        def do_EOF(self, line):
+            return True
+    print("Control utility for runtime P4 table manipulation")
+    Fake().cmdloop()
+""")
+
+
+@pytest.fixture
+def waking(tmp_path, monkeypatch):
+    script = tmp_path / "simple_switch_CLI"
+    script.write_text(f"#!{sys.executable}\n" + WAKING_CLI)
+    script.chmod(0o755)
+    monkeypatch.setattr(bmv2, "tool", lambda name: str(script))
+
+    def start(failing: int):
+        (tmp_path / "failing").write_text(str(failing))
+        return lambda: int((tmp_path / "started").read_text())
+    return start
+
+
+def test_a_switch_not_yet_serving_its_service_is_asked_again_in_a_fresh_session(waking):
+    started = waking(2)
+    s = bmv2.serving_session("s9", 9099, alive=lambda: True)
+    try:
+        assert started() == 3                      # two sessions died of it, the third answers
+        assert "1234" in s.run(["get_time_elapsed"])
+    finally:
+        s.close()
+
+
+def test_a_switch_that_never_serves_it_fails_at_the_deadline_saying_why(waking):
+    waking(10 ** 6)
+    with pytest.raises(RuntimeError, match="Unknown service: simple_switch"):
+        bmv2.serving_session("s9", 9099, alive=lambda: True, deadline_s=0.0)
+
+
+def test_a_switch_that_died_is_not_waited_for(waking):
+    started = waking(10 ** 6)
+    with pytest.raises(RuntimeError, match="Unknown service"):
+        bmv2.serving_session("s9", 9099, alive=lambda: False)
+    assert started() == 1
