@@ -99,13 +99,15 @@ TOPOLOGIES: tuple[str, ...] = ("star", "two_switch", "leaf_spine", "fan_in")
 
 # In this order they start and see a repetition's measured blocks begin; in the reverse
 # order they see the blocks end and stop, so the first brackets the others (the
-# counters, read first and last, take the data plane's health once all else stopped).
+# counters, read first and last, take the data plane's health once all else stopped;
+# flow control brackets the background flows, so what a switch still holds when it is
+# read is what it kept, not what a running flow had just sent into a pause).
 INSTRUMENTS: dict[str, InstrumentEntry] = {
     "counters": InstrumentEntry("incast.network.counters", "Counters",
                                 ("counters.parquet", "queues.parquet")),
     "cpu": InstrumentEntry("incast.measure.cpu", "CpuUse"),
-    "background": InstrumentEntry("incast.workload.background", "BackgroundTraffic", ("background.parquet",)),
     "flow_control": InstrumentEntry("incast.network.flow_control", "FlowControl", ("pause_ports.parquet",)),
+    "background": InstrumentEntry("incast.workload.background", "BackgroundTraffic", ("background.parquet",)),
     "telemetry": InstrumentEntry("incast.measure.telemetry", "QueueTelemetry", ("telemetry.parquet",)),
     "capture": InstrumentEntry("incast.measure.capture", "ServerCapture", ("capture/",)),
     "links": InstrumentEntry("incast.measure.fidelity", "LinkMonitor", ("links.parquet",)),

@@ -72,8 +72,21 @@ class Rig:
             ready.set()
         threading.Thread(target=pump, daemon=True).start()
         assert ready.wait(60) and self.proc.poll() is None, b"".join(self.log[-20:]).decode()
+        self._until_serving()
         self.socks = {n: self.pool.submit(self._open, f"h{n}").result() for n in list(range(1, NPORTS + 1)) + [510]}
         self.cli(self.base_config())
+
+    def _until_serving(self, deadline_s=60.0):
+        """bmv2 logs "Thrift server was started" before it serves the simple_switch
+        service (mirroring, queues): ask that service's clock until it answers, as
+        bmv2.serving_session does for the data plane."""
+        deadline = time.monotonic() + deadline_s
+        while True:
+            r = subprocess.run(["ip", "netns", "exec", self.ns, bmv2.tool("simple_switch_CLI"), "--thrift-port",
+                                "9090"], input="get_time_elapsed\n", capture_output=True, text=True)
+            if r.returncode == 0 and not any(m in r.stdout for m in bmv2.NOT_YET_SERVING):
+                return
+            assert self.proc.poll() is None and time.monotonic() < deadline, r.stdout[-500:]
 
     def _wires(self, extra_links):
         """The namespace and its veth pairs: the switch's ports, its telemetry port and
