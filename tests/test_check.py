@@ -253,3 +253,32 @@ def test_a_gap_between_two_curves_gets_its_second_look_on_both(monkeypatch):
     results = check.looks(fig, table(kept_rows), run)
     assert asked == [(["200ms", "200us"], 6), (["200ms", "200us"], 20)]
     assert all(r.states[0] == ("holds", "holds") for r in results), [r.line() for r in results]
+
+
+def test_failed_fresh_runs_are_run_once_more_and_named_if_they_fail_again(monkeypatch):
+    """A failed fresh run measured nothing: the look runs it once more (the point store
+    serves the runs that finished); if every run at a point fails again, the check says
+    so with the error, not that no run was faithful."""
+    fig = figure.Figure(paper="P", figure="F", caption="c", sweep="s.toml", series="rto_min", claims=[
+        {"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
+    kept_rows = [("200us", 16, 900.0 + i) for i in range(6)]
+    monkeypatch.setattr(check, "fresh_points", lambda f, pts, alter=None: ([], {"rto_min": ["200us"]}))
+
+    def failed(repeat, error):
+        t = table([("200us", 16, float("nan"))] * repeat)
+        t["error"] = error
+        t["fidelity_ok"] = None
+        return t
+    outs = []
+
+    def flaky(scenarios, grid, repeat, out):
+        outs.append(out.name)
+        return failed(repeat, "RuntimeError: building the rtl switch failed") if len(outs) == 1 else \
+            table([("200us", 16, 900.0 + i) for i in range(repeat)])
+    (r,) = check.looks(fig, table(kept_rows), flaky)
+    assert outs == ["look6", "look6-again"] and r.outcome == "agrees", (outs, r.line())
+
+    outs.clear()
+    (r,) = check.looks(fig, table(kept_rows), lambda s, g, repeat, out: outs.append(out) or failed(repeat, "boom\nOSError: x"))
+    assert len(outs) == 2 and r.outcome == "not testable"
+    assert r.why == "every fresh run failed: OSError: x", r.why

@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from incast.campaign import figure, judge, kept
+from incast.campaign.judge import col
 from incast.run import sweep
 
 FIRST_RUNS = 6          # judge.runs_to_decide(): the fewest runs that can decide a point
@@ -170,6 +171,14 @@ def opposite(was: str, now: str) -> bool:
     return was in decided and now in decided and was != now
 
 
+def failures(table: pd.DataFrame) -> list[str]:
+    """The errors of a sweep table's failed runs, one line each."""
+    if "error" not in table:
+        return []
+    return [str(e).strip().splitlines()[-1] if str(e).strip() else "failed"
+            for e in table["error"].dropna()]
+
+
 def judge_point(fig: figure.Figure, kept_table: pd.DataFrame, fresh: pd.DataFrame, d: Deciding,
                 final: bool) -> PointCheck:
     """A deciding point's comparison after one look (final: the last look)."""
@@ -178,7 +187,10 @@ def judge_point(fig: figure.Figure, kept_table: pd.DataFrame, fresh: pd.DataFram
     k, f = runs(kept_table), runs(fresh)
     pc = PointCheck(d.series, d.x, d.claims, k, f, judge.rank_sum_p(f, k))
     if not f:
-        pc.outcome, pc.why = "not testable", "no fresh run was faithful"
+        errors = failures(fresh[(fresh[col(fig.series)].astype(str) == str(d.series))
+                                & (fresh[col(fig.x)].astype(float) == float(d.x))]) if len(fresh) else []
+        pc.outcome, pc.why = "not testable", (f"every fresh run failed: {errors[0]}" if errors
+                                              else "no fresh run was faithful")
         return pc
     limit = judge.link_limit(kept_table) * judge.PAYLOAD_SHARE
     for i in d.claims:
@@ -263,6 +275,10 @@ def looks(fig: figure.Figure, table: pd.DataFrame, run: Runner, alter: Callable 
             scen, grid = fresh_points(fig, todo, alter)
             log(f"{fig.name}: {repeat} fresh runs at " + ", ".join(f"{d.series} {d.x:g}" for d in todo))
             fresh = run(scen, grid, repeat, Path(tmp) / f"look{repeat}")
+            failed = failures(fresh)
+            if failed:      # a failed run measured nothing: run it once more (the store serves the rest)
+                log(f"{fig.name}: {len(failed)} fresh runs failed, run again: {failed[0]}")
+                fresh = run(scen, grid, repeat, Path(tmp) / f"look{repeat}-again")
             for d in todo:
                 checks[d] = judge_point(fig, table, fresh, d, final)
             more = [d for d in todo if checks[d].outcome == "more"]

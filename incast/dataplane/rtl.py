@@ -17,6 +17,7 @@ format, read by the same collector as bmv2's.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -100,18 +101,32 @@ def model_dir(nports: int, cell_aw: int) -> Path:
 
 
 def build_model(nports: int, cell_aw: int) -> Path:
-    """The harness binary for this size, built once (a minute or more on two cores)."""
-    exe = model_dir(nports, cell_aw) / "incast_switch_sim"
+    """The harness binary for this size, built once (a minute or more on two cores).
+
+    One build at a time for a size: runs side by side (--jobs) that need a model not
+    yet built would each start make in the same directory, whose recipe begins by
+    removing its object files, so the one started first failed (and with it every run
+    of its guest: a check's 18 fresh runs at 8 servers on the three switches, once)."""
+    out = model_dir(nports, cell_aw)
+    exe = out / "incast_switch_sim"
     # the model's inputs: the files that also date rtl points in the point store
     sources = [f for g in DATAPLANES["rtl"].sources for f in constants.SHARE.glob(g)]
-    if exe.is_file() and exe.stat().st_mtime >= max(p.stat().st_mtime for p in sources):
+
+    def built() -> bool:
+        return exe.is_file() and exe.stat().st_mtime >= max(p.stat().st_mtime for p in sources)
+    if built():
         return exe
     if shutil.which("verilator") is None:
         raise MissingFeature("verilator is not installed (scripts/setup.sh installs it): the rtl data plane "
                              "runs the switch's Verilator model")
-    r = subprocess.run(["make", "-C", str(constants.RTL_DIR / "harness"), f"NPORTS={nports}", f"LW={LW}",
-                        f"CW={SIZES[nports]}", f"CELL_AW={cell_aw}", f"OUT={model_dir(nports, cell_aw)}"],
-                       capture_output=True, text=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f"{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)        # released when the file closes
+        if built():                             # another run built it meanwhile
+            return exe
+        r = subprocess.run(["make", "-C", str(constants.RTL_DIR / "harness"), f"NPORTS={nports}", f"LW={LW}",
+                            f"CW={SIZES[nports]}", f"CELL_AW={cell_aw}", f"OUT={out}"],
+                           capture_output=True, text=True)
     if r.returncode or not exe.is_file():
         raise RuntimeError(f"building the rtl switch failed: {(r.stdout + r.stderr).strip()[-2000:]}")
     return exe
