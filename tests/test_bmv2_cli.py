@@ -29,12 +29,17 @@ FAKE_CLI = textwrap.dedent("""\
 """)
 
 
-@pytest.fixture
-def session(tmp_path, monkeypatch):
+def install_cli(tmp_path, monkeypatch, source: str) -> None:
+    """The stand-in as the simple_switch_CLI that bmv2 runs."""
     script = tmp_path / "simple_switch_CLI"
-    script.write_text(f"#!{sys.executable}\n" + FAKE_CLI)
+    script.write_text(f"#!{sys.executable}\n" + source)
     script.chmod(0o755)
     monkeypatch.setattr(bmv2, "tool", lambda name: str(script))
+
+
+@pytest.fixture
+def session(tmp_path, monkeypatch):
+    install_cli(tmp_path, monkeypatch, FAKE_CLI)
     s = bmv2.CliSession("s9", 9099)
     yield s
     s.close()
@@ -90,10 +95,7 @@ WAKING_CLI = textwrap.dedent("""\
 
 @pytest.fixture
 def waking(tmp_path, monkeypatch):
-    script = tmp_path / "simple_switch_CLI"
-    script.write_text(f"#!{sys.executable}\n" + WAKING_CLI)
-    script.chmod(0o755)
-    monkeypatch.setattr(bmv2, "tool", lambda name: str(script))
+    install_cli(tmp_path, monkeypatch, WAKING_CLI)
 
     def start(failing: int):
         (tmp_path / "failing").write_text(str(failing))
