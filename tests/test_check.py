@@ -64,7 +64,7 @@ def test_an_onset_claim_is_decided_on_each_curve_where_its_onset_is_fixed():
     levels["32KiB"][16] = 20
     rows = [(s, x, g + i) for s, lv in levels.items() for x, g in lv.items() for i in range(6)]
     t = table(rows)
-    assert judge.judge(fig, t)[0]["verdict"] == "holds"
+    assert judge.judge(fig, t, judge.MEDIAN)[0]["verdict"] == "holds"
     d = {(p.series, p.x): p.claims for p in check.deciding_points(fig, t)}
     # 32 KiB: 2 (900) and 4 (60): 4 nearer 94.1; 64 KiB: 4 (120) and 8 (80): 8, with the
     # some claim (held at 8 and 16; 8 nearest)

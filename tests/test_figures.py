@@ -56,7 +56,7 @@ def test_claims_are_judged_on_the_median_of_repetitions():
     six = [(s, x, g) for s, x, g in (("200ms", 1, 940), ("200ms", 8, 150), ("200us", 1, 941), ("200us", 8, 900),
                                      ("200us", 16, 700)) for _ in range(6)]
     t = table(six + [("200ms", 16, 100), ("200ms", 16, 200), ("200ms", 16, 900)])
-    v = {r["claim"]: r for r in judge.judge(fig, t)}
+    v = {r["claim"]: r for r in judge.judge(fig, t, judge.MEDIAN)}
     # 16: the median of 100, 200 and 900 (an outlier that would lift a mean to 400), one of
     # three runs above the bound: undecided
     assert v["collapse"]["verdict"] == "undecided" and "16: 200.0 [100.0-900.0, n=3]" in v["collapse"]["detail"]
@@ -70,9 +70,9 @@ def test_claims_are_judged_on_the_median_of_repetitions():
 def test_runs_that_disagree_leave_the_claim_undecided():
     fig = figure.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
     # median 850 > 800.3, but one run of three below the bound: a tipping point
-    v = judge.judge(fig, table([("200us", 16, 700), ("200us", 16, 850), ("200us", 16, 900)]))[0]
+    v = judge.judge(fig, table([("200us", 16, 700), ("200us", 16, 850), ("200us", 16, 900)]), judge.MEDIAN)[0]
     assert v["verdict"] == "undecided" and "16: 2 of 3 runs hold" in v["detail"], v
-    v = judge.judge(fig, table([("200us", 16, g) for g in (820, 830, 850, 870, 900, 910)]))[0]
+    v = judge.judge(fig, table([("200us", 16, g) for g in (820, 830, 850, 870, 900, 910)]), judge.MEDIAN)[0]
     assert v["verdict"] == "holds", v
 
 
@@ -83,10 +83,10 @@ def test_three_runs_on_one_side_decide_nothing():
     fig = figure.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
     assert judge.runs_to_decide() == 6 and judge.REPEAT_STEPS[0] == 6
     for runs in ((700, 710, 720), (820, 850, 900), (700, 710, 720, 730, 740)):
-        v = judge.judge(fig, table([("200us", 16, g) for g in runs]))[0]
+        v = judge.judge(fig, table([("200us", 16, g) for g in runs]), judge.MEDIAN)[0]
         assert v["verdict"] == "undecided" and "too few to decide (6 needed)" in v["detail"], v
         assert judge.undecided_points(fig, table([("200us", 16, g) for g in runs])) == [("200us", 16.0)]
-    v = judge.judge(fig, table([("200us", 16, g) for g in (700, 710, 720, 730, 740, 750)]))[0]
+    v = judge.judge(fig, table([("200us", 16, g) for g in (700, 710, 720, 730, 740, 750)]), judge.MEDIAN)[0]
     assert v["verdict"] == "does not hold", v
 
 
@@ -304,7 +304,7 @@ def test_a_from_claim_fails_where_any_of_its_points_fails():
     fig = figure.Figure(**FIG, claims=[{"text": "collapse", "series": "200ms", "from": 8, "below": 0.5}])
     # Split at 8, failing in every run at 16: a clear failure is not hidden by a split.
     rows = [("200ms", 8, g) for g in (300, 400, 600)] + [("200ms", 16, g) for g in (700, 720, 740, 760, 780, 800)]
-    v = judge.judge(fig, table(rows))[0]
+    v = judge.judge(fig, table(rows), judge.MEDIAN)[0]
     assert v["verdict"] == "does not hold", v
     assert "undecided elsewhere: 8: 2 of 3 runs hold" in v["detail"], v
 
@@ -313,11 +313,11 @@ def test_many_runs_decide_what_a_few_leave_open():
     fig = figure.Figure(**FIG, claims=[{"text": "recovery", "series": "200us", "at": 16, "above": 0.85}])
     # 19 of 20 runs fail: the median's interval (6th to 15th run) is below the bound.
     rows = [("200us", 16, 700.0 + i) for i in range(19)] + [("200us", 16, 900.0)]
-    v = judge.judge(fig, table(rows))[0]
+    v = judge.judge(fig, table(rows), judge.MEDIAN)[0]
     assert v["verdict"] == "does not hold", v
     # Half and half: no number of runs makes it hold or fail.
     rows = [("200us", 16, 700.0 + i) for i in range(10)] + [("200us", 16, 850.0 + i) for i in range(10)]
-    v = judge.judge(fig, table(rows))[0]
+    v = judge.judge(fig, table(rows), judge.MEDIAN)[0]
     assert v["verdict"] == "undecided" and "10 of 20 runs hold" in v["detail"], v
     assert judge.undecided_points(fig, table(rows)) == [("200us", 16.0)]
 
@@ -342,21 +342,21 @@ def test_an_onset_claim_compares_the_counts_from_which_each_curve_has_collapsed(
     claim holds where 64 KiB does from 8 on or later, and fails where it does at 6."""
     fig = figure.Figure(**FIG, claims=[ONSET])
     big = {1: 940, 2: 930, 3: 920, 4: 900, 6: 500, 8: 80, 12: 60, 16: 50}
-    v = judge.judge(fig, table(SMALL + curve("64KiB", big)))[0]
+    v = judge.judge(fig, table(SMALL + curve("64KiB", big)), judge.MEDIAN)[0]
     assert v["verdict"] == "holds", v
     assert v["detail"].startswith("onset (every point from it on below 94.1) of 64KiB 8, of 32KiB 4, vs at least 2 x")
     # a point above the bound after the first collapse moves the onset on: 12, not 8
-    v = judge.judge(fig, table(SMALL + curve("64KiB", {**big, 8: 80, 12: 200})))[0]
+    v = judge.judge(fig, table(SMALL + curve("64KiB", {**big, 8: 80, 12: 200})), judge.MEDIAN)[0]
     assert v["verdict"] == "holds" and "of 64KiB 16," in v["detail"], v
-    v = judge.judge(fig, table(SMALL + curve("64KiB", {**big, 6: 80})))[0]
+    v = judge.judge(fig, table(SMALL + curve("64KiB", {**big, 6: 80})), judge.MEDIAN)[0]
     assert v["verdict"] == "does not hold" and "of 64KiB 6, of 32KiB 4" in v["detail"], v
     assert judge.undecided_points(fig, table(SMALL + curve("64KiB", {**big, 6: 80}))) == []
     # a curve that never collapses on the grid: its onset is past 16, at least twice 4
-    v = judge.judge(fig, table(SMALL + curve("64KiB", {**big, 8: 400, 12: 300, 16: 200})))[0]
+    v = judge.judge(fig, table(SMALL + curve("64KiB", {**big, 8: 400, 12: 300, 16: 200})), judge.MEDIAN)[0]
     assert v["verdict"] == "holds" and "of 64KiB none up to 16" in v["detail"], v
     # neither collapses: the grid cannot tell the onsets apart
     flat = {x: 900 for x in big}
-    v = judge.judge(fig, table(curve("32KiB", flat) + curve("64KiB", flat)))[0]
+    v = judge.judge(fig, table(curve("32KiB", flat) + curve("64KiB", flat)), judge.MEDIAN)[0]
     assert v["verdict"] == "not testable" and v["why"] == judge.UNREACHED, v
 
 
@@ -370,17 +370,17 @@ def test_an_onset_a_point_leaves_open_leaves_the_claim_undecided_and_gets_runs_t
     also = [("64KiB", 2, g) for g in (60, 70, 80, 910, 920, 930)]         # before 4, decided above
     big = curve("64KiB", {1: 940, 3: 920, 4: 900, 8: 80, 12: 60, 16: 50}) + straddle + also
     t = table(SMALL + big)
-    v = judge.judge(fig, t)[0]
+    v = judge.judge(fig, t, judge.MEDIAN)[0]
     assert v["verdict"] == "undecided" and "of 64KiB 6 or 8, of 32KiB 4" in v["detail"], v
     assert "64KiB at 6: the median's interval 60.0-130.0" in v["detail"], v
     assert judge.undecided_points(fig, t) == [("64KiB", 6.0)]
     # the same straddling point where both onsets it allows are at least twice 4: decided
     fig3 = figure.Figure(**FIG, claims=[{**ONSET, "onset_at_least": 1.5}])
-    assert judge.judge(fig3, t)[0]["verdict"] == "holds"
+    assert judge.judge(fig3, t, judge.MEDIAN)[0]["verdict"] == "holds"
     # three runs a point decide nothing: every count of the curve is open
     three = table(curve("32KiB", {1: 940, 2: 900, 3: 600, 4: 60}, n=3) + curve("64KiB", {1: 940, 2: 930, 3: 920,
                                                                                           4: 80}, n=3))
-    v = judge.judge(fig, three)[0]
+    v = judge.judge(fig, three, judge.MEDIAN)[0]
     assert v["verdict"] == "undecided" and "too few runs to decide (6 needed)" in v["detail"], v
     assert len(judge.undecided_points(fig, three)) == 8
 
@@ -403,13 +403,13 @@ def test_a_some_claim_holds_where_one_of_its_points_holds():
     decided below the bound; it does not hold where every one is decided above."""
     fig = figure.Figure(**FIG, claims=[{"text": "up to", "series": "8", "from": 1, "some": True, "below": 0.1}])
     t = table(curve("8", {1: 900, 8: 60, 16: 120, 32: 130}))
-    v = judge.judge(fig, t)[0]
+    v = judge.judge(fig, t, judge.MEDIAN)[0]
     assert v["verdict"] == "holds" and v["detail"].endswith("(holds at 8)"), v
-    v = judge.judge(fig, table(curve("8", {1: 900, 8: 100, 16: 120})))[0]
+    v = judge.judge(fig, table(curve("8", {1: 900, 8: 100, 16: 120})), judge.MEDIAN)[0]
     assert v["verdict"] == "does not hold" and v["detail"].endswith("(no point holds)"), v
     straddle = [("8", 8, g) for g in (60, 70, 80, 110, 120, 130)]
     t = table(curve("8", {1: 900, 16: 120}) + straddle)
-    v = judge.judge(fig, t)[0]
+    v = judge.judge(fig, t, judge.MEDIAN)[0]
     assert v["verdict"] == "undecided" and judge.undecided_points(fig, t) == [("8", 8.0)], v
 
 
@@ -487,7 +487,7 @@ def test_undecided_claims_get_more_runs_until_decided(tmp_path):
     assert asked == [([("200us", "16")], 6), ([("200us", "16")], 10)] and reached == 10
     t = pd.read_parquet(tmp_path / "sweep.parquet")
     assert len(t) == 10 and sorted(t["goodput_mbps"]) == [700] + [820] * 7 + [850, 900]
-    assert judge.judge(fig, t)[0]["verdict"] == "holds"
+    assert judge.judge(fig, t, judge.MEDIAN)[0]["verdict"] == "holds"
 
 
 def test_no_look_is_taken_past_the_last_designed_one(tmp_path):
@@ -503,7 +503,7 @@ def test_no_look_is_taken_past_the_last_designed_one(tmp_path):
     run_more = more_runs(asked, lambda repeat: table([("200us", 16, split[i % 2]) for i in range(repeat)]).assign(
         point_key=[f"k{i}" for i in range(repeat)]))
     assert make.decide(fig, tmp_path, {}, {}, {}, 3, 160, run_more) == 80 and asked == [6, 10, 20, 40, 80]
-    assert judge.judge(fig, pd.read_parquet(tmp_path / "sweep.parquet"))[0]["verdict"] == "undecided"
+    assert judge.judge(fig, pd.read_parquet(tmp_path / "sweep.parquet"), judge.MEDIAN)[0]["verdict"] == "undecided"
     r = incast_cmd("figure", "sigcomm09-fig1", "--max-repeat", "160", timeout=120)
     assert r.returncode == 2 and "at most 80" in r.stderr
 
@@ -516,9 +516,9 @@ def test_a_claim_may_be_declared_undecided_only_at_the_last_look():
                                         "undecided": "on its bound"}])
     on_bound = [700.0, 900.0]
     at = {n: table([("200us", 16, on_bound[i % 2]) for i in range(n)]) for n in (40, 80)}
-    assert judge.judge(fig, at[80])[0]["verdict"] == "undecided"
-    assert judge.undecided_at_last_look(fig, at[80], fig.claims[0])
-    assert not judge.undecided_at_last_look(fig, at[40], fig.claims[0])        # 80 runs are designed for it
+    assert judge.judge(fig, at[80], judge.MEDIAN)[0]["verdict"] == "undecided"
+    assert judge.undecided_at_last_look(fig, at[80], fig.claims[0], judge.MEDIAN)
+    assert not judge.undecided_at_last_look(fig, at[40], fig.claims[0], judge.MEDIAN)   # 80 runs are designed for it
     row = {"divergence": None, "undecided": "on its bound"}
     assert declared({**row, "last_look": True}) == "undecided"
     assert declared({**row, "last_look": False}) != "undecided"
@@ -555,13 +555,13 @@ def test_a_gap_between_two_measured_series_is_judged_run_against_run():
     # that the gap's interval reaches down to 30: undecided, not "holds".
     slow = [("200ms", 16, g) for g in (690, 695, 700, 700, 705, 705)]
     rows = slow + [("200us", 16, g) for g in (725, 810, 815, 820, 860, 870)]
-    v = judge.judge(fig, table(rows))[0]
+    v = judge.judge(fig, table(rows), judge.MEDIAN)[0]
     assert v["verdict"] == "undecided" and "interval 30.0 to 170.0 Mbit/s straddles 100" in v["detail"], v
     rows = slow + [("200us", 16, g) for g in (810, 815, 820, 830, 860, 870)]
-    assert judge.judge(fig, table(rows))[0]["verdict"] == "holds"
+    assert judge.judge(fig, table(rows), judge.MEDIAN)[0]["verdict"] == "holds"
     # Three runs each, every pairing a gap above 100: too few to decide, as for one series.
     rows = [("200ms", 16, g) for g in (690, 700, 705)] + [("200us", 16, g) for g in (810, 820, 870)]
-    v = judge.judge(fig, table(rows))[0]
+    v = judge.judge(fig, table(rows), judge.MEDIAN)[0]
     assert v["verdict"] == "undecided" and "3 and 3 runs, too few to decide (6 needed)" in v["detail"], v
 
 
@@ -578,11 +578,11 @@ def test_runs_that_were_not_faithful_never_count():
     fig = figure.Figure(**FIG, claims=[{"text": "collapse", "series": "200ms", "at": 16, "below": 0.25}])
     # The one run below the bound was not faithful: the claim rests on the others.
     t = table([("200ms", 16, g) for g in (100, 600, 650, 700, 720, 750, 760)], unfaithful={("200ms", 16, 100)})
-    v = judge.judge(fig, t)[0]
+    v = judge.judge(fig, t, judge.MEDIAN)[0]
     assert v["verdict"] == "does not hold" and "1 of 7 not faithful, left out" in v["detail"], v
     # Every run at the point not faithful: no verdict at all.
     t = table([("200ms", 16, 100), ("200ms", 16, 120)], unfaithful={("200ms", 16, 100), ("200ms", 16, 120)})
-    v = judge.judge(fig, t)[0]
+    v = judge.judge(fig, t, judge.MEDIAN)[0]
     assert v["verdict"] == "not testable" and "2 of 2 runs not faithful" in v["detail"], v
     assert v["why"] == judge.NOT_FAITHFUL
 
@@ -594,7 +594,7 @@ def test_the_suite_fails_when_a_claim_stops_holding():
     claim = next(c for c in fig.claims if c.above is not None)
     broken = table([(claim.series, x, 300.0) for x in (1, 16, 40, 47) for _ in range(6)])
     broken = pd.concat([broken, table([(s, x, 30.0) for s in ("200ms",) for x in (1, 16, 40, 47)])])
-    verdict = next(v for v in judge.judge(fig, broken) if v["claim"] == claim.text)
+    verdict = next(v for v in judge.judge(fig, broken, judge.MEDIAN) if v["claim"] == claim.text)
     assert verdict["verdict"] == "does not hold", verdict     # decided: six runs a point
     with pytest.raises(AssertionError, match="300.0"):
         assert_claim(verdict)
@@ -907,11 +907,11 @@ def test_what_a_figure_needs_is_read_from_its_scenarios(monkeypatch):
     assert any("simple_switch is not on PATH" in w for w in figure.missing(p4)), figure.missing(p4)
 
 
-def test_every_claim_is_set_beside_its_verdict_on_the_bytes_over_time():
-    """incast.campaign.statistic judges each claim on the median (the verdict) and on the
-    pooled goodput: where a quarter of the runs wait out timeouts the median stays with
-    the fast ones and the bytes over time does not; the judge's own verdict is the
-    median's, whatever the pooled statistic says."""
+def test_every_claim_is_judged_on_bytes_over_time_with_the_median_beside_it():
+    """incast.campaign.statistic judges each claim on the median and on the pooled
+    goodput: where a quarter of the runs wait out timeouts the median stays with the fast
+    ones and the bytes over time does not; the judge's own verdict is bytes over time's,
+    and the median's is there to compare (judge.judge(..., judge.MEDIAN))."""
     from incast.campaign import statistic
     fig = figure.Figure(**FIG, claims=[{"text": "still lower", "series": "on", "at": 8, "below": 0.9},
                                        {"text": "collapse", "series": "off", "at": 8, "below": 0.25}])
@@ -923,7 +923,9 @@ def test_every_claim_is_set_beside_its_verdict_on_the_bytes_over_time():
     assert still.verdicts[0] == "does not hold" and still.verdicts[1] == "holds" and still.differs
     assert still.point.median[1] > 847.3 > still.point.pooled[2]          # 902.0-917.0 and 607.9-821.6
     assert collapse.verdicts == ("holds", "holds", "holds") and not collapse.differs
-    assert judge.judge(fig, t)[0]["verdict"] == "does not hold"
+    # the verdict is bytes over time's; the median's stays beside it
+    assert judge.judge(fig, t)[0]["verdict"] == "holds"
+    assert judge.judge(fig, t, judge.MEDIAN)[0]["verdict"] == "does not hold"
     # six runs: the pooled statistic decides nothing (10 needed); from 6 it would
     six = table([("off", 8, 80.0 + i) for i in range(6)] + [("on", 8, 900.0)] * 6)
     assert statistic.compare(fig, six)[1].verdicts == ("holds", "undecided", "holds")
@@ -970,7 +972,7 @@ def test_a_point_short_of_its_runs_by_a_failure_runs_the_failed_seed_again(tmp_p
     assert make.decide(fig, tmp_path, {}, {}, {}, 6, 80, run_more) == 6 and asked == [6]
     t = pd.read_parquet(tmp_path / "sweep.parquet")
     assert len(t) == 7 and t["error"].notna().sum() == 1 and t["point_key"].nunique() == 6
-    assert judge.judge(fig, t)[0]["verdict"] == "holds"
+    assert judge.judge(fig, t, judge.MEDIAN)[0]["verdict"] == "holds"
 
 
 def test_a_seed_that_fails_again_does_not_hold_the_look_back(tmp_path):

@@ -72,3 +72,14 @@ def test_every_figure_text_names_what_its_kept_result_gives(name):
         quote.fill(fig, text, *result)
         copies = quote.copied(fig, text, result[0])
         assert not copies, f"{name}: a divergence writes out its kept result's {copies}: name them (incast.campaign.quote)"
+
+
+def test_bytes_over_time_is_named_with_its_interval():
+    """{pooled S@X}: the point's goodput as the verdict takes it, all its faithful runs'
+    bytes over their time (the unfaithful 900 left out), with the bootstrap-t interval."""
+    from incast.campaign import judge
+    value, lo, hi, _ = judge.point_value(FIG, TABLE, "200ms", 3, "goodput_mbps", judge.POOLED)
+    assert abs(value - 4 / (1 / 100 + 1 / 150 + 1 / 120 + 1 / 130)) < 0.01     # 122.35
+    assert quote.fill(FIG, "{pooled 200ms@3}", TABLE) == f"{value:.1f} [{lo:.1f}-{hi:.1f}]"
+    with pytest.raises(quote.QuoteError, match="a goodput's"):
+        quote.fill(FIG, "{pooled 200ms@3 timeouts}", TABLE)

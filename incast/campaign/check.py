@@ -27,6 +27,10 @@ sits exactly on the bound, the kept runs having decided it; more where the kept 
 decided it wrongly (a look is 96.7% sure), since the fresh runs then decide it right.
 tests/test_check.py shows both by simulation.
 
+The check judges on the median (judge.MEDIAN), its deciding points and its states: bytes
+over time, the verdict of a full figure's goodput claims (judge.VERDICT), decides
+nothing from six runs; the rank-sum test compares the runs themselves.
+
 Cost: six runs a deciding point, from the point store where today's code has run them
 (it keys points by the code's bytes: a cache never serves another code's runs).
 """
@@ -129,7 +133,7 @@ def onset_points(fig: figure.Figure, table: pd.DataFrame, c: figure.Claim, serie
     """The points that fix a curve's onset in the kept table: its last point decided not
     below the onset's bound and the first from which every point is decided below it
     (one of them where the curve is below from its first point, or never below)."""
-    states = [(x, judge.judge_claim(fig, table, c.point(x, series), limit)[0]) for x in xs]
+    states = [(x, judge.judge_claim(fig, table, c.point(x, series), limit, judge.MEDIAN)[0]) for x in xs]
     above = [x for x, st in states if st == "does not hold"]
     below = [x for i, (x, _) in enumerate(states) if all(st == "holds" for _, st in states[i:])]
     return [x for x in (above[-1] if above else None, below[0] if below else None) if x is not None]
@@ -144,7 +148,7 @@ def deciding_points(fig: figure.Figure, table: pd.DataFrame) -> list[Deciding]:
     xs_all = sorted({float(x) for x in table[figure.col(fig.x)].dropna()})
     found: dict[tuple[str, float], list[int]] = {}
     for i, c in enumerate(fig.claims):
-        verdict = judge.judge_claim(fig, table, c, limit)[0]
+        verdict = judge.judge_claim(fig, table, c, limit, judge.MEDIAN)[0]
         if verdict == "not testable":
             continue
         if c.onset:
@@ -155,7 +159,7 @@ def deciding_points(fig: figure.Figure, table: pd.DataFrame) -> list[Deciding]:
                     found.setdefault((str(s), x), []).append(i)
             continue
         xs = [x for x in xs_all if (x == c.at if c.at is not None else x >= c.from_)]
-        states = {x: judge.judge_claim(fig, table, at_point(c, x), limit)[0] for x in xs}
+        states = {x: judge.judge_claim(fig, table, at_point(c, x), limit, judge.MEDIAN)[0] for x in xs}
         mine = [x for x in xs if states[x] == verdict]
         if not mine:
             continue
@@ -195,7 +199,7 @@ def judge_point(fig: figure.Figure, kept_table: pd.DataFrame, fresh: pd.DataFram
     limit = judge.link_limit(kept_table) * judge.PAYLOAD_SHARE
     for i in d.claims:
         c = at_point(fig.claims[i], d.x, d.series)
-        pc.states[i] = (judge.judge_claim(fig, kept_table, c, limit)[0], judge.judge_claim(fig, fresh, c, limit)[0])
+        pc.states[i] = tuple(judge.judge_claim(fig, t, c, limit, judge.MEDIAN)[0] for t in (kept_table, fresh))
     turned = [i for i, (a, b) in pc.states.items() if opposite(a, b)]
     pc.outcome, pc.why = decide(pc.p, turned, final)
     return pc

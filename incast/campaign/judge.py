@@ -1,17 +1,19 @@
 """The judge: a claim's verdict on a sweep table, and the statistics it rests on.
 
-A claim is one comparison on the median of the faithful repetitions of one grid point
+A claim is one comparison on a statistic of the faithful repetitions of one grid point
 (or of every point from ``from`` on, or, with ``some``, of one of them at least):
 ``below``/``above`` a fraction of the payload limit (1448/1538 of the link), or
 ``below_series`` another curve by at least ``margin_mbps``; or the onsets of two curves
 compared (``onset_at_least``: the x from which each is below a fraction of the payload
-limit). A point decides where the distribution-free interval of its median (or of the
-gap between two curves) lies on one side of the bound.
+limit). A point decides where the statistic's interval (of the point, or of the gap
+between two curves) lies on one side of the bound: the median's, distribution-free, or
+bytes over time's, below.
 
-Beside it, the pooled statistic (pooled_goodput, pooled_interval): a point's goodput as
-the papers measure it, all its runs' bytes over all their time, with a bootstrap-t
-interval over runs. The verdicts rest on the median; judge_claim(..., stat=POOLED)
-and incast.campaign.statistic set the pooled statistic's beside them.
+The pooled statistic (pooled_goodput, pooled_interval) is a point's goodput as the
+papers measure it, all its runs' bytes over all their time, with a bootstrap-t interval
+over runs; a goodput claim of a full figure is judged on it (VERDICT), from
+POOLED_MIN_RUNS runs a point, and incast.campaign.statistic sets the median's verdict
+beside it.
 """
 from __future__ import annotations
 
@@ -57,14 +59,16 @@ def _unfaithful(fig: Figure, table: pd.DataFrame, series: str, x) -> tuple[int, 
     return bad, len(rows)
 
 
-def judge(fig: Figure, table: pd.DataFrame) -> list[dict]:
-    """A verdict for each claim, on the median of each point's faithful runs: holds, does
-    not hold, undecided (the runs disagree), or not testable (and why). Each point's spread (min-max, n) is in the
+def judge(fig: Figure, table: pd.DataFrame, stat: str | None = None) -> list[dict]:
+    """A verdict for each claim, on the statistic (VERDICT: a goodput's bytes over time,
+    from POOLED_MIN_RUNS runs a point; MEDIAN: the median of each point's faithful runs):
+    holds, does not hold, undecided (the runs disagree), or not testable (and why). Each
+    point's value (bytes over time [interval, n], or median [min-max, n]) is in the
     detail; runs that were not faithful are left out and counted there."""
     out = []
     limit = link_limit(table) * PAYLOAD_SHARE
     for c in fig.claims:
-        verdict, detail, _, why = judge_claim(fig, table, c, limit)
+        verdict, detail, _, why = judge_claim(fig, table, c, limit, stat or VERDICT)
         out.append({"claim": c.text, "verdict": verdict, "detail": detail, "why": why,
                     "divergence": c.divergence})
     return out
@@ -372,6 +376,12 @@ def pooled_verdict(runs: list[float], bound, blocks=None, min_runs: int = POOLED
 
 
 MEDIAN, POOLED = "median", "pooled"
+# The statistic a full figure's claims are judged on: the papers' own, all the runs'
+# bytes over their time (docs/figures.md, "Median or bytes over time"). Every kept
+# result has the runs it decides from (make.DECIDE_ON). A quick figure, with fewer runs
+# a point than it decides from, is judged on the median (make.report), and the check of
+# a kept result compares runs, its states on the median (incast.campaign.check).
+VERDICT = POOLED
 # The pooled statistic deciding from the first look's 6 runs, as the median does: not
 # sure enough where runs are bimodal (90%: POOLED_MIN_RUNS), so never a verdict; it shows
 # what the estimator alone changes on kept results that have 6 runs a point.
@@ -502,7 +512,7 @@ def judge_claim(fig: Figure, table: pd.DataFrame, c: Claim, limit: float, stat: 
                 n_held = sum(bool(bound(g)) for g in runs)
                 split.append(f"{x:g}: {n_held} of {len(runs)} runs hold, {why_split}")
         else:
-            other = med.at[x, c.below_series] if c.below_series in med.columns and x in med.index else float("nan")
+            other = point_value(fig, table, c.below_series, x, c.metric, stat)[0]   # on the same statistic
             text = f"{c.below_series} {other:.1f}"
             # Both series are measured, so the gap's uncertainty is both series' spread:
             # the claim is decided only where the gap's interval is on one side of the
@@ -648,10 +658,11 @@ def undecided_points(fig: Figure, table: pd.DataFrame, numbers: bool = False,
     return points
 
 
-def undecided_at_last_look(fig: Figure, table: pd.DataFrame, c: Claim) -> bool:
-    """Whether claim c is undecided with every point that leaves it so at the judge's
-    last look (REPEAT_STEPS[-1] faithful runs): no more runs are designed for it."""
-    verdict, _, found, _ = judge_claim(fig, table, c, link_limit(table) * PAYLOAD_SHARE)
+def undecided_at_last_look(fig: Figure, table: pd.DataFrame, c: Claim, stat: str | None = None) -> bool:
+    """Whether claim c is undecided (on the statistic, default VERDICT) with every point
+    that leaves it so at the judge's last look (REPEAT_STEPS[-1] faithful runs): no more
+    runs are designed for it."""
+    verdict, _, found, _ = judge_claim(fig, table, c, link_limit(table) * PAYLOAD_SHARE, stat or VERDICT)
     return verdict == "undecided" and all(
         len(faithful_values(fig, table, s, x, c.metric)) >= REPEAT_STEPS[-1] for s, x in found)
 

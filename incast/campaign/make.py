@@ -27,7 +27,7 @@ import pandas as pd
 from incast import scenario as scn
 from incast.campaign import quote
 from incast.campaign.figure import Figure, col, load, known, missing, plan
-from incast.campaign.judge import (MEDIAN, PAYLOAD_SHARE, POOLED, REPEAT_STEPS, comparison, judge, link_limit,
+from incast.campaign.judge import (MEDIAN, PAYLOAD_SHARE, POOLED, REPEAT_STEPS, VERDICT, comparison, judge, link_limit,
                                    point_means, point_stats, undecided_points)
 from incast.constants import REPO
 from incast.errors import BadInput, MissingFeature
@@ -93,10 +93,14 @@ def report(fig: Figure, sweep_dir: Path, quick: bool) -> dict:
     table = pd.read_parquet(sweep_dir / "sweep.parquet")
     comp = comparison(fig, table)
     comp.to_csv(sweep_dir / "comparison.csv", index=False)
-    verdicts = judge(fig, table)
+    # A quick figure's points have fewer runs than bytes over time decides from: its
+    # claims are judged on the median, and verdicts.json says so.
+    statistic = MEDIAN if quick else VERDICT
+    verdicts = judge(fig, table, statistic)
     fits = model_fits(fig, table, quick)
     unfaithful = int((~table["fidelity_ok"].fillna(False).astype(bool)).sum()) if "fidelity_ok" in table else None
-    result = {"figure": fig.name, "paper": fig.paper, "quick": quick, "verdicts": verdicts,
+    result = {"figure": fig.name, "paper": fig.paper, "quick": quick, "statistic": statistic,
+              "verdicts": verdicts,
               "runs": int(len(table)), "runs_not_faithful": unfaithful,
               "link_mbps": link_limit(table), "model": [m.as_dict() for m in fits]}
     (sweep_dir / "verdicts.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -140,10 +144,10 @@ def code_versions_at(commit: str) -> dict[str, str]:
 
 # Repetitions a point gets, step by step, while a claim it tests is undecided: REPEAT_STEPS.
 MAX_REPEAT = 80
-# A full figure's runs decide each claim on both statistics: the median of runs, on which
-# the verdicts rest today, and the papers' own, all the runs' bytes over their time
-# (judge.POOLED, deciding from 10 runs), so that a kept result can be judged on either
-# (docs/figures.md, "Median or bytes over time"). A quick figure decides on the median.
+# A full figure's runs decide each claim on both statistics: the papers' own, all the
+# runs' bytes over their time (judge.POOLED, deciding from 10 runs), on which the
+# verdicts rest, and the median of runs, shown beside it (docs/figures.md, "Median or
+# bytes over time"). A quick figure decides on the median.
 DECIDE_ON = (MEDIAN, POOLED)
 
 

@@ -10,6 +10,7 @@ drawn from whichever kept result the page shows:
     {median 200ms@3 METRIC}         the median alone
     {range 200ms@3 METRIC}          min-max
     {runs 200ms@3}                  how many faithful runs the point has
+    {pooled 200ms@3}                goodput as bytes over time [its interval] (judge.point_value)
     {commit}                        the commit the kept result was made at (7 digits)
 
 SERIES@X names a point of the figure: its series value and its x (as in paper_numbers).
@@ -28,7 +29,7 @@ import pandas as pd
 from incast.campaign import judge
 from incast.campaign.figure import Figure
 
-NAME = re.compile(r"\{(kept|median|range|runs|commit)(?: ([^\s{}@]+)@([^\s{}]+))?(?: ([a-z0-9_]+))?\}")
+NAME = re.compile(r"\{(kept|median|range|runs|pooled|commit)(?: ([^\s{}@]+)@([^\s{}]+))?(?: ([a-z0-9_]+))?\}")
 
 
 class QuoteError(ValueError):
@@ -85,6 +86,11 @@ def fill(fig: Figure, text: str | None, table: pd.DataFrame | None, meta: dict |
             raise QuoteError(f"{fig.name}: {m.group(0)}: the kept result has no faithful run there")
         if what == "runs":
             return str(len(v))
+        if what == "pooled":
+            if not judge.pooled_applies(metric):
+                raise QuoteError(f"{fig.name}: {m.group(0)}: bytes over time is a goodput's, not {metric!r}'s")
+            value, p_lo, p_hi, _ = judge.point_value(fig, table, series, xv, metric, judge.POOLED)
+            return f"{_number(value)} [{_number(p_lo)}-{_number(p_hi)}]"
         lo, hi, med = min(v), max(v), float(np.median(v))
         if what == "median":
             return _number(med)

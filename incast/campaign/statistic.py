@@ -1,10 +1,11 @@
-"""Every claim judged on its kept result on the median of its runs (the verdict) and on
-the bytes over time of all of them (judge.pooled_goodput).
+"""Every claim judged on its kept result on the median of its runs and on the bytes over
+time of all of them (judge.pooled_goodput, the verdict).
 
     python -m incast.campaign.statistic [NAME ...] [--results DIR] [--points] [--differ]
 
 prints one row a claim: its verdict on the median, on the pooled statistic as designed
-(deciding from judge.POOLED_MIN_RUNS = 10 runs), and on the pooled statistic deciding
+(deciding from judge.POOLED_MIN_RUNS = 10 runs: the verdict, judge.VERDICT), and on the
+pooled statistic deciding
 from 6 runs as the median does (judge.POOLED_FROM_6: not sure enough where runs are
 bimodal, shown to tell what the estimator changes from what the runs it needs change);
 and, at the point that shows the difference (one whose state differs between the
@@ -13,7 +14,7 @@ interval at the look's confidence. The median's interval is the distribution-fre
 (judge.median_interval), the pooled one the bootstrap-t over runs
 (judge.pooled_interval); a gap between two curves is the shift's (Hodges-Lehmann, with
 judge.shift_interval) and the pooled goodputs' difference (judge.pooled_gap_interval).
-It changes no verdict: the judge's verdicts rest on the median.
+It changes no verdict: it sets the median's beside the judge's.
 """
 from __future__ import annotations
 

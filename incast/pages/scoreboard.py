@@ -1,10 +1,10 @@
 """The scoreboard: every claim of the papers' figures, judged on the kept results.
 
 For each claim of each figure in figures/: the paper's words, the paper's number where
-its text gives one, ours (median, spread, runs) from the figure's kept result
+its text gives one, ours (bytes over time, its interval, runs) from the figure's kept result
 (docs/figure-results/NAME/, as `incast figure NAME` wrote it), the verdict of this
 checkout's judge, and, for a declared divergence, what the figure file says of its
-mechanism. The counts head the page.
+mechanism, and the claim on the median of runs beside it. The counts head the page.
 
 ``python -m incast.pages.scoreboard`` writes docs/scoreboard.md; ``--check`` exits 1
 where the page is not what the kept results and the judge give now (the test suite runs
@@ -54,9 +54,9 @@ def rows() -> list[dict]:
                         "last_look": bool(result) and judge.undecided_at_last_look(fig, result[0], c),
                         "kept": ("quick" if meta.get("quick") else "full") if result else None,
                         "kept_runs": len(result[0]) if result else 0, "stale": why_stale,
-                        "pooled": pairs[i].verdicts[1] if pairs else None,
+                        "median": pairs[i].verdicts[0] if pairs else None,
                         "pooled_wants_runs": bool(pairs) and wants_runs(pairs[i]),
-                        "bytes_over_time": bytes_over_time(pairs[i], c.metric) if pairs else ""})
+                        "on_the_median": on_the_median(pairs[i]) if pairs else ""})
     return out
 
 
@@ -66,18 +66,14 @@ def wants_runs(pair: statistic.ClaimPair) -> bool:
     return pair.verdicts[1] == "undecided" and pair.point is not None and pair.point.runs < judge.POOLED_MIN_RUNS
 
 
-def bytes_over_time(pair: statistic.ClaimPair, metric: str) -> str:
-    """The claim on the papers' statistic (all the runs' bytes over their time): its
-    verdict, and its value [interval, runs] at the point that shows it (the one whose
-    state differs from the median's, else the one nearest the bound)."""
-    if not judge.pooled_applies(metric):
-        return "(not a goodput: its median)"
+def on_the_median(pair: statistic.ClaimPair) -> str:
+    """The claim on the median of runs, beside the verdict: its verdict, and its value
+    [interval] at the point that shows it (the one whose state differs from bytes over
+    time's, else the one nearest the bound)."""
     p = pair.point
     if p is None:
-        return pair.verdicts[1]
-    if wants_runs(pair):
-        return f"undecided ({p.runs} runs at {p.where.split(' (')[0]}; it decides from {judge.POOLED_MIN_RUNS})"
-    return f"{pair.verdicts[1]}: {p.where} {p.cell(1)}, n={p.runs}"
+        return pair.verdicts[0]
+    return f"{pair.verdicts[0]}: {p.where} {p.cell(0)}, n={p.runs}"
 
 
 NUMBER_VERDICTS = ("agrees", "differs", "undecided", "not testable", "no kept result")
@@ -119,15 +115,16 @@ def page() -> str:
              "(made with settings the figure no longer has). Whether today's code still gives each kept "
              "result is checked by fresh runs where its claims are decided "
              "([kept results checked by what the code does](figures.md#kept-results-checked-by-what-the-code-does)).", "",
-             "The verdict rests on the median of a point's runs. Beside it, the claim on the papers' own "
-             "statistic, all the runs' bytes over their time, which is to become the verdict once every kept "
-             "result has the runs it needs ([median or bytes over time](figures.md#median-or-bytes-over-time)): "
-             + ", ".join(f"{n} {v}" for v, n in Counter(x["pooled"] for x in r if x["pooled"]).most_common())
-             + f" (of the undecided, {sum(1 for x in r if x['pooled_wants_runs'])} for want of "
-             "runs).",
+             "A goodput claim's verdict rests on the papers' own statistic, all the runs' bytes over their "
+             "time, with its interval over runs, from 10 runs a point (a count that is not a rate, on the "
+             "median of runs); the undecided for want of runs: "
+             f"{sum(1 for x in r if x['pooled_wants_runs'])}. Beside it, the claim on the median of runs "
+             "([median or bytes over time](figures.md#median-or-bytes-over-time)): "
+             + ", ".join(f"{n} {v}" for v, n in Counter(x["median"] for x in r if x["median"]).most_common())
+             + ".",
              "",
-             "| figure | claim (the paper) | paper's number | ours: median [min-max, runs] | verdict | "
-             "bytes over time | kept result |", "|---|---|---|---|---|---|---|"]
+             "| figure | claim (the paper) | paper's number | ours: bytes over time [interval, runs] | verdict | "
+             "on the median | kept result |", "|---|---|---|---|---|---|---|"]
     for x in r:
         number = f"{x['paper_number']:g} Mbit/s" if x["paper_number"] is not None else ""
         kept_what = f"{x['kept']}, {x['kept_runs']} runs" if x["kept"] else "none"
@@ -137,7 +134,7 @@ def page() -> str:
         if x["undecided"] and x["verdict"] == "undecided" and x["last_look"]:
             verdict += " at the last look (declared)"
         lines.append(f"| [`{x['figure']}`](figure-catalog.md#{x['figure']}) | {_cell(x['claim'])} | {number} | "
-                     f"{_cell(x['ours'])} | {verdict} | {_cell(x['bytes_over_time'])} | {kept_what} |")
+                     f"{_cell(x['ours'])} | {verdict} | {_cell(x['on_the_median'])} | {kept_what} |")
     lines += ["", "## The papers' numbers", "",
               "Every number a paper's text states about a result a figure runs, beside ours: the median of "
               "the point's faithful runs with its interval. Ours agrees where that interval lies within a "
