@@ -48,7 +48,6 @@ import numpy as np
 import pandas as pd
 
 from incast.campaign import figure, judge, kept
-from incast.campaign.judge import col
 from incast.run import sweep
 
 FIRST_RUNS = 6          # judge.runs_to_decide(): the fewest runs that can decide a point
@@ -191,8 +190,7 @@ def judge_point(fig: figure.Figure, kept_table: pd.DataFrame, fresh: pd.DataFram
     k, f = runs(kept_table), runs(fresh)
     pc = PointCheck(d.series, d.x, d.claims, k, f, judge.rank_sum_p(f, k))
     if not f:
-        errors = failures(fresh[(fresh[col(fig.series)].astype(str) == str(d.series))
-                                & (fresh[col(fig.x)].astype(float) == float(d.x))]) if len(fresh) else []
+        errors = failures(judge.point_rows(fig, fresh, d.series, d.x)) if len(fresh) else []
         pc.outcome, pc.why = "not testable", (f"every fresh run failed: {errors[0]}" if errors
                                               else "no fresh run was faithful")
         return pc

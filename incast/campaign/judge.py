@@ -52,9 +52,14 @@ def point_means(fig: Figure, table: pd.DataFrame, metric: str) -> pd.DataFrame:
     return point_stats(fig, table, metric, "median")
 
 
+def point_rows(fig: Figure, table: pd.DataFrame, series: str, x) -> pd.DataFrame:
+    """The table's runs at one point (series, x), faithful or not, failed or not."""
+    return table[(table[col(fig.series)].astype(str) == str(series)) & (table[col(fig.x)] == x)]
+
+
 def _unfaithful(fig: Figure, table: pd.DataFrame, series: str, x) -> tuple[int, int]:
     """(runs not faithful, runs) at one point."""
-    rows = table[(table[col(fig.series)].astype(str) == str(series)) & (table[col(fig.x)] == x)]
+    rows = point_rows(fig, table, series, x)
     bad = int((~rows["fidelity_ok"].fillna(False).astype(bool)).sum()) if "fidelity_ok" in rows else 0
     return bad, len(rows)
 
@@ -701,7 +706,7 @@ def run_metric(table: pd.DataFrame, metric: str) -> pd.Series | None:
 
 def faithful_values(fig: Figure, table: pd.DataFrame, series: str, x, metric: str) -> list[float]:
     t = faithful_rows(table)
-    t = t[(t[col(fig.series)].astype(str) == str(series)) & (t[col(fig.x)] == x)]
+    t = point_rows(fig, t, series, x)
     values = run_metric(t, metric)
     return [float(g) for g in values.dropna()] if values is not None else []
 
@@ -710,7 +715,7 @@ def faithful_blocks(fig: Figure, table: pd.DataFrame, series: str, x, metric: st
     """The measured blocks of the runs faithful_values gives, in its order (each 1 where
     the table has no `blocks`): what weighs each run's goodput in pooled_goodput."""
     t = faithful_rows(table)
-    t = t[(t[col(fig.series)].astype(str) == str(series)) & (t[col(fig.x)] == x)]
+    t = point_rows(fig, t, series, x)
     values = run_metric(t, metric)
     if values is None:
         return []

@@ -27,8 +27,8 @@ import pandas as pd
 from incast import scenario as scn
 from incast.campaign import quote
 from incast.campaign.figure import Figure, col, load, known, missing, plan
-from incast.campaign.judge import (MEDIAN, PAYLOAD_SHARE, POOLED, REPEAT_STEPS, VERDICT, comparison, judge, link_limit,
-                                   point_means, point_stats, undecided_points)
+from incast.campaign.judge import (MEDIAN, PAYLOAD_SHARE, POOLED, REPEAT_STEPS, VERDICT, comparison, judge,
+                                   link_limit, point_means, point_stats, undecided_points)
 from incast.constants import REPO
 from incast.errors import BadInput, MissingFeature
 from incast.registry import DATAPLANES
@@ -100,8 +100,7 @@ def report(fig: Figure, sweep_dir: Path, quick: bool) -> dict:
     fits = model_fits(fig, table, quick)
     unfaithful = int((~table["fidelity_ok"].fillna(False).astype(bool)).sum()) if "fidelity_ok" in table else None
     result = {"figure": fig.name, "paper": fig.paper, "quick": quick, "statistic": statistic,
-              "verdicts": verdicts,
-              "runs": int(len(table)), "runs_not_faithful": unfaithful,
+              "verdicts": verdicts, "runs": int(len(table)), "runs_not_faithful": unfaithful,
               "link_mbps": link_limit(table), "model": [m.as_dict() for m in fits]}
     (sweep_dir / "verdicts.json").write_text(json.dumps(result, indent=1) + "\n")
     plot(fig, table, sweep_dir / "figure.png", quick, fits)
