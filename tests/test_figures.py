@@ -533,7 +533,7 @@ def test_an_undecided_paper_number_gets_more_runs_in_a_full_figure(tmp_path):
     first = table([("200us", 16, g) for g in (380, 500, 520, 540, 560, 700)]).assign(
         point_key=[f"k{i}" for i in range(6)])
     first.to_parquet(tmp_path / "sweep.parquet")
-    assert judge.number_verdict(fig, first, n)["verdict"] == "undecided"
+    assert judge.number_verdict(fig, first, n, judge.MEDIAN)["verdict"] == "undecided"
     assert judge.undecided_points(fig, first) == []                       # claims only
     assert judge.undecided_points(fig, first, numbers=True) == [("200us", 16.0)]
     assert judge.undecided_points(fig, first.iloc[:3], numbers=True) == []    # too few runs to be a look
@@ -545,7 +545,38 @@ def test_an_undecided_paper_number_gets_more_runs_in_a_full_figure(tmp_path):
     assert make.decide(*args) == 6 and asked == []                        # numbers=False: nothing
     assert make.decide(*args, numbers=True) == 10 and asked == [10]
     t = pd.read_parquet(tmp_path / "sweep.parquet")
-    assert len(t) == 10 and judge.number_verdict(fig, t, n)["verdict"] == "agrees"
+    assert len(t) == 10 and judge.number_verdict(fig, t, n, judge.MEDIAN)["verdict"] == "agrees"
+
+
+def test_a_paper_number_is_judged_on_bytes_over_time_from_ten_runs(tmp_path):
+    """A goodput number of a full figure is judged as its claims are: on the runs'
+    bytes over time, from 10 runs. Six runs that agree on the median leave it undecided
+    on bytes over time; a full figure's make (both statistics) takes the point to 10
+    runs, where it is decided; a count stays on the median."""
+    n = figure.PaperNumber(series="200us", x=16, value=500, source="s" * 41)
+    fig = figure.Figure(**FIG, paper_numbers=[n])
+    first = table([("200us", 16, g) for g in (420, 450, 480, 500, 520, 560)]).assign(
+        point_key=[f"k{i}" for i in range(6)])
+    first.to_parquet(tmp_path / "sweep.parquet")
+    assert judge.number_verdict(fig, first, n, judge.MEDIAN)["verdict"] == "agrees"
+    pooled = judge.number_verdict(fig, first, n)
+    assert pooled["verdict"] == "undecided" and pooled["statistic"] == judge.POOLED and pooled["runs"] == 6
+    assert judge.undecided_points(fig, first, numbers=True) == []                     # the median: decided
+    assert judge.undecided_points(fig, first, numbers=True, stats=make.DECIDE_ON) == [("200us", 16.0)]
+    asked = []
+    run_more = more_runs(asked, lambda repeat: pd.concat([first, table([("200us", 16, 490.0)] * (repeat - 6)).assign(
+        point_key=[f"n{i}" for i in range(repeat - 6)])]))
+    args = (fig, tmp_path, {}, {}, {"senders": ["16"], "rto_min": ["200us"]}, 6, 20, run_more)
+    assert make.decide(*args, numbers=True, stats=make.DECIDE_ON) == 10 and asked == [10]
+    t = pd.read_parquet(tmp_path / "sweep.parquet")
+    row = judge.number_verdict(fig, t, n)
+    assert row["verdict"] == "agrees" and row["runs"] == 10
+    assert row["lo"] <= row["ours"] <= row["hi"]
+    # Far from the paper's number on bytes over time: differs.
+    assert judge.number_verdict(fig, t, n.model_copy(update={"value": 60.0}))["verdict"] == "differs"
+    count = figure.PaperNumber(series="200us", x=16, value=3.0, metric="timeouts", source="s" * 41)
+    t["timeouts"] = 3
+    assert judge.number_verdict(fig, t, count)["statistic"] == judge.MEDIAN
 
 
 def test_a_gap_between_two_measured_series_is_judged_run_against_run():
@@ -839,7 +870,7 @@ def test_a_number_agrees_within_a_tenth_of_the_link_or_a_factor_of_one_and_a_hal
     assert judge.number_band(count, 1000.0) == (4.0, 9.0)                  # a count: the factor alone
     def verdict(runs, value=500.0):
         t = table([("200ms", 16, g) for g in runs])
-        return judge.number_verdict(FIGURE, t, n.model_copy(update={"value": value}))["verdict"]
+        return judge.number_verdict(FIGURE, t, n.model_copy(update={"value": value}), judge.MEDIAN)["verdict"]
     assert verdict([400, 420, 450, 500, 520, 700]) == "agrees"
     assert verdict([60, 62, 64, 66, 70, 84]) == "differs"
     assert verdict([300, 320, 340, 360, 380, 400]) == "undecided"          # 300 to 400 straddles 333

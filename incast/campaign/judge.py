@@ -643,8 +643,8 @@ def undecided_points(fig: Figure, table: pd.DataFrame, numbers: bool = False,
     """(series, x) of every point that leaves a claim undecided on any of `stats`: where
     more repetitions decide it (for a gap between two series, both series' runs at that
     x; for an onset claim, each curve's undecided points past its last point decided not
-    below); with numbers, also every point whose paper number is undecided
-    (number_verdict) after at least the runs one look takes (a point the sweep has fewer
+    below); with numbers, also every point whose paper number is undecided on any of
+    `stats` (number_verdict) after at least the runs one look takes (a point the sweep has fewer
     runs of, as a quick sweep's, is not what the number is judged on)."""
     limit = link_limit(table) * PAYLOAD_SHARE
     points = []
@@ -657,9 +657,10 @@ def undecided_points(fig: Figure, table: pd.DataFrame, numbers: bool = False,
                 if (s, x) not in points:
                     points.append((s, x))
     for n in fig.paper_numbers if numbers else ():
-        v = number_verdict(fig, table, n)
-        if v["verdict"] == "undecided" and v["runs"] >= runs_to_decide() and (n.series, n.x) not in points:
-            points.append((n.series, float(n.x)))
+        for stat in stats:
+            v = number_verdict(fig, table, n, stat)
+            if v["verdict"] == "undecided" and v["runs"] >= runs_to_decide() and (n.series, n.x) not in points:
+                points.append((n.series, float(n.x)))
     return points
 
 
@@ -728,8 +729,9 @@ def link_limit(table: pd.DataFrame) -> float:
 
 
 # A number of ours agrees with a number the paper states where the interval of our
-# median lies within a tenth of the link rate of it, or within a factor of 1.5 of it,
-# whichever band is wider; it differs where the interval lies wholly outside that band.
+# statistic (a goodput's bytes over time, else the median) lies within a tenth of the
+# link rate of it, or within a factor of 1.5 of it, whichever band is wider; it
+# differs where the interval lies wholly outside that band.
 # Chosen before any number was compared: the papers state numbers they read off their
 # own curves (a tenth of the axis is as fine as such a reading goes) from one testbed
 # each, and a collapsed curve's level, a few percent of the link, moves by its timeouts
@@ -747,32 +749,34 @@ def number_band(n: PaperNumber, link_mbps: float) -> tuple[float, float]:
     return lo, hi
 
 
-def number_verdict(fig: Figure, table: pd.DataFrame, n: PaperNumber) -> dict:
-    """Ours beside the paper's number: the median of the point's faithful runs, its
-    interval (median_interval), and agrees / differs / undecided (number_band), or not
-    testable where the point has no faithful run."""
+def number_verdict(fig: Figure, table: pd.DataFrame, n: PaperNumber, stat: str | None = None) -> dict:
+    """Ours beside the paper's number on the statistic (default VERDICT): a goodput's
+    bytes over time with its interval (pooled_interval, from POOLED_MIN_RUNS runs), or
+    the median of the point's faithful runs with median_interval (a count that is not a
+    rate, or stat MEDIAN); agrees / differs / undecided (number_band), or not testable
+    where the point has no faithful run."""
+    stat = stat or VERDICT
     runs = faithful_values(fig, table, n.series, n.x, n.metric) if len(table) else []
     row = {"series": n.series, fig.x: n.x, "metric": n.metric, "paper": n.value, "ours": None, "lo": None,
            "hi": None, "runs": len(runs), "ratio": None, "verdict": "not testable", "source": n.source,
-           "divergence": n.divergence}
+           "divergence": n.divergence, "statistic": POOLED if pooled_applies(n.metric, stat) else MEDIAN}
     if not runs:
         return row
-    med = float(np.median(runs))
-    lo, hi = median_interval(runs)
+    value, lo, hi, _ = point_value(fig, table, n.series, n.x, n.metric, stat)
     band = number_band(n, link_limit(table))
-    if len(runs) < runs_to_decide() or (lo < band[0] <= hi) or (lo <= band[1] < hi):
+    if len(runs) < _few(stat, n.metric) or (lo < band[0] <= hi) or (lo <= band[1] < hi):
         verdict = "undecided"
     else:
         verdict = "agrees" if band[0] <= lo and hi <= band[1] else "differs"
-    return {**row, "ours": round(med, 1), "lo": round(lo, 1), "hi": round(hi, 1),
-            "ratio": round(med / n.value, 2) if n.value else None, "verdict": verdict}
+    return {**row, "ours": round(value, 1), "lo": round(lo, 1), "hi": round(hi, 1),
+            "ratio": round(value / n.value, 2) if n.value else None, "verdict": verdict}
 
 
-def comparison(fig: Figure, table: pd.DataFrame) -> pd.DataFrame:
-    """Every number the paper states beside ours (number_verdict)."""
-    return pd.DataFrame([number_verdict(fig, table, n) for n in fig.paper_numbers],
+def comparison(fig: Figure, table: pd.DataFrame, stat: str | None = None) -> pd.DataFrame:
+    """Every number the paper states beside ours (number_verdict, on the statistic)."""
+    return pd.DataFrame([number_verdict(fig, table, n, stat) for n in fig.paper_numbers],
                         columns=["series", fig.x, "metric", "paper", "ours", "lo", "hi", "runs", "ratio", "verdict",
-                                 "source", "divergence"])
+                                 "source", "divergence", "statistic"])
 
 
 @lru_cache(maxsize=64)

@@ -91,11 +91,11 @@ def plot(fig: Figure, table: pd.DataFrame, out: Path, quick: bool, fits: list = 
 def report(fig: Figure, sweep_dir: Path, quick: bool) -> dict:
     """figure.png, comparison.csv and verdicts.json beside the sweep's table."""
     table = pd.read_parquet(sweep_dir / "sweep.parquet")
-    comp = comparison(fig, table)
-    comp.to_csv(sweep_dir / "comparison.csv", index=False)
     # A quick figure's points have fewer runs than bytes over time decides from: its
-    # claims are judged on the median, and verdicts.json says so.
+    # claims and numbers are judged on the median, and verdicts.json says so.
     statistic = MEDIAN if quick else VERDICT
+    comp = comparison(fig, table, statistic)
+    comp.to_csv(sweep_dir / "comparison.csv", index=False)
     verdicts = judge(fig, table, statistic)
     fits = model_fits(fig, table, quick)
     unfaithful = int((~table["fidelity_ok"].fillna(False).astype(bool)).sum()) if "fidelity_ok" in table else None

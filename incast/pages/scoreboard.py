@@ -88,14 +88,24 @@ def number_rows() -> list[dict]:
         result = kept.result(name)
         for i, n in enumerate(fig.paper_numbers):
             v = judge.number_verdict(fig, result[0], n) if result else \
-                {"verdict": "no kept result", "ours": None, "lo": None, "hi": None, "runs": 0, "ratio": None}
+                {"verdict": "no kept result", "ours": None, "lo": None, "hi": None, "runs": 0, "ratio": None,
+                 "statistic": None}
+            m = judge.number_verdict(fig, result[0], n, judge.MEDIAN) if result else None
             out.append({"figure": name, "paper": fig.paper, "index": i, "series": n.series, "x": n.x,
                         "x_name": fig.x, "metric": n.metric, "paper_number": n.value, "source": n.source,
                         "divergence": quote.fill(fig, n.divergence, *(result or (None, None))),
                         "undecided": quote.fill(fig, n.undecided, *(result or (None, None))),
-                        **{k: v[k] for k in ("verdict", "ours", "lo", "hi", "runs",
-                                                                          "ratio")}})
+                        "on_the_median": _number_on_the_median(v, m),
+                        **{k: v[k] for k in ("verdict", "ours", "lo", "hi", "runs", "ratio", "statistic")}})
     return out
+
+
+def _number_on_the_median(v: dict, m: dict | None) -> str:
+    """The number on the median of runs beside its verdict on bytes over time (empty
+    where the number is a count, judged on the median already)."""
+    if m is None or v["statistic"] != judge.POOLED or m["ours"] is None:
+        return ""
+    return f"{m['verdict']}: {m['ours']:g} [{m['lo']:g}-{m['hi']:g}]"
 
 
 def page() -> str:
@@ -136,15 +146,18 @@ def page() -> str:
         lines.append(f"| [`{x['figure']}`](figure-catalog.md#{x['figure']}) | {_cell(x['claim'])} | {number} | "
                      f"{_cell(x['ours'])} | {verdict} | {_cell(x['on_the_median'])} | {kept_what} |")
     lines += ["", "## The papers' numbers", "",
-              "Every number a paper's text states about a result a figure runs, beside ours: the median of "
-              "the point's faithful runs with its interval. Ours agrees where that interval lies within a "
+              "Every number a paper's text states about a result a figure runs, beside ours: a goodput's "
+              "bytes over time over the point's faithful runs with its interval over runs (from 10 runs, as "
+              "a claim's), a count that is not a rate on the median of runs with its interval, and a "
+              "goodput on the median beside it. Ours agrees where that interval lies within a "
               "tenth of the link rate of the paper's number or within a factor of 1.5 of it, whichever is "
               "wider (a count that is not a rate: the factor alone), and differs where it lies wholly "
               "outside ([why this band](figures.md#the-papers-numbers)).", "",
               f"**{len(numbers)} numbers:** " + ", ".join(f"{number_counts.get(v, 0)} {v}" for v in NUMBER_VERDICTS)
               + f"; {sum(1 for x in numbers if x['divergence'])} declared divergences.", "",
-              "| figure | curve | at | paper | ours: median [interval, runs] | ratio | verdict | the paper's words |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| figure | curve | at | paper | ours: bytes over time (a count: median) [interval, runs] | ratio | "
+              "verdict | on the median | the paper's words |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for x in numbers:
         unit = " Mbit/s" if x["metric"].endswith("_mbps") else METRIC_UNITS.get(x["metric"], f" ({x['metric']})")
         ours = (f"{x['ours']:g} [{x['lo']:g}-{x['hi']:g}, {x['runs']}]" if x["ours"] is not None else "")
@@ -154,7 +167,7 @@ def page() -> str:
         ratio = f"{x['ratio']:g}" if x["ratio"] is not None else ""
         lines.append(f"| [`{x['figure']}`](figure-catalog.md#{x['figure']}) | `{x['series']}` | "
                      f"{x['x_name']} {x['x']:g} | {x['paper_number']:g}{unit} | {ours} | {ratio} | {verdict} | "
-                     f"{_cell(x['source'])} |")
+                     f"{_cell(x['on_the_median'])} | {_cell(x['source'])} |")
     lines += ["", "## Declared divergences", ""]
     for x in r:
         if x["divergence"]:
