@@ -38,6 +38,11 @@ class DataPlaneEntry:
     # the checkout's top, or the installed package): they date its points in the point
     # store (incast.run.points), and only its own.
     sources: tuple[str, ...] = ()
+    # Files of the code (globs, as sources) that only this plane's runs execute (those of
+    # several planes: each of them): they date its points only, and the code version
+    # every plane shares leaves them out (incast.run.points.code_version). A file another
+    # plane's run imports or reads stays shared: a change there may change its runs too.
+    code: tuple[str, ...] = ()
     # Frames a paced switch port may send back to back after idling (its token bucket):
     # the link monitor leaves that many out of each backlogged stretch.
     port_burst_frames: int = 1
@@ -66,22 +71,29 @@ class InstrumentEntry:
     tables: tuple[str, ...] = ()
 
 
+# The P4 program and what reads it: bmv2 runs it, and the RTL switch sends its telemetry
+# frames, which the collector decodes with the program's layout (incast.p4.program).
+P4_CODE = ("p4src/*.p4", "incast/p4/*.py", "incast/measure/postcards.py")
+
 DATAPLANES: dict[str, DataPlaneEntry] = {
     "linux": DataPlaneEntry("incast.dataplane.linux", "LinuxDataPlane", "kernel bridge + tc", calibrated=True,
                             ecn=True, multi_switch=True, trunk_buffer=True, pause=True, pfc=True, pause_rx=True,
                             pause_watchdog=True, port_burst_frames=4,   # linux.BURST_FRAMES
-                            max_ports=1023),   # the kernel's BR_MAX_PORTS (1024) less port 0
+                            max_ports=1023,   # the kernel's BR_MAX_PORTS (1024) less port 0
+                            code=("incast/dataplane/linux.py", "hosts/switch_pause.py")),
     "bmv2": DataPlaneEntry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True,
                            pfc=True, pause_rx=True, shared_buffer=True, packet_buffers=False,
                            host_tx_checksum=True, telemetry_sampling=True, ecn=True, multi_switch=True,
                            max_ports=500,   # incast.p4's NPORTS, 510 is telemetry
-                           tools="bmv2 and p4c (scripts/install-p4.sh)"),
+                           tools="bmv2 and p4c (scripts/install-p4.sh)",
+                           code=("incast/dataplane/bmv2.py", *P4_CODE)),
     "rtl": DataPlaneEntry("incast.dataplane.rtl", "RtlDataPlane", "rtl/src/incast_switch.sv in Verilator",
                           pause=True, pfc=True, pause_rx=True, shared_buffer=True, packet_buffers=False,
                           host_tx_checksum=True, telemetry_sampling=True, ecn=True,
                           max_ports=48,   # its largest model (incast.dataplane.rtl.SIZES)
                           tools="Verilator (the switch's RTL model)",
-                          sources=("rtl/src/*.sv", "rtl/verilator.f", "rtl/harness/*.cpp", "rtl/harness/Makefile")),
+                          sources=("rtl/src/*.sv", "rtl/verilator.f", "rtl/harness/*.cpp", "rtl/harness/Makefile"),
+                          code=("incast/dataplane/rtl.py", *P4_CODE)),
 }
 
 WORKLOADS: dict[str, WorkloadEntry] = {

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import REPO, incast_cmd, needs_root
 from incast import scenario as scn
+from incast.registry import DATAPLANES
 from incast.run import points
 from incast.vm import guest
 
@@ -74,6 +75,62 @@ def test_a_change_to_the_rtl_switch_dates_rtl_points_only(monkeypatch):
         points.code_version.cache_clear()
     assert after[0] == before[0] and after[1] != before[1]
     assert (points.point_key(linux), points.point_key(rtl)) == before
+
+
+def _keys_after(path, change: bytes) -> dict[str, tuple[str, str]]:
+    """Each plane's point key for the same scenario, before and after `change` is
+    appended to `path` (put back after)."""
+    scenarios = {p: scn.build({}, {"senders": "4", "dataplane": p}) for p in ("linux", "bmv2", "rtl")}
+    before = {p: points.point_key(s) for p, s in scenarios.items()}
+    text = path.read_bytes()
+    try:
+        path.write_bytes(text + change)
+        points.code_version.cache_clear()
+        after = {p: points.point_key(s) for p, s in scenarios.items()}
+    finally:
+        path.write_bytes(text)
+        points.code_version.cache_clear()
+    assert {p: points.point_key(s) for p, s in scenarios.items()} == before
+    return {p: (before[p], after[p]) for p in scenarios}
+
+
+@pytest.mark.parametrize("path, dated", [
+    ("p4src/incast.p4", {"bmv2", "rtl"}),         # bmv2 runs it; rtl's telemetry is decoded by its layout
+    ("incast/p4/layers.py", {"bmv2", "rtl"}),
+    ("incast/dataplane/bmv2.py", {"bmv2"}),
+    ("incast/dataplane/linux.py", {"linux"}),
+    ("hosts/switch_pause.py", {"linux"}),
+    ("incast/dataplane/rtl.py", {"rtl"}),
+    ("incast/run/experiment.py", {"linux", "bmv2", "rtl"}),   # shared: every plane's runs execute it
+])
+def test_a_change_to_a_planes_own_code_dates_its_points_only(path, dated):
+    """A file only some planes' runs execute (registry: DataPlaneEntry.code) dates their
+    points and no others: a change to the P4 program leaves the linux plane's points
+    current, a change to the linux plane's module the P4 switches'."""
+    keys = _keys_after(REPO / path, b"\n")
+    assert {p for p, (before, after) in keys.items() if before != after} == dated
+
+
+def test_every_planes_own_code_exists_and_no_other_plane_imports_it():
+    """Each glob of a plane's own code names files, and no module shared by every plane
+    imports one of them (it would then run in the other planes' runs too)."""
+    own = {}
+    for name, entry in DATAPLANES.items():
+        for g in entry.code:
+            files = list(REPO.glob(g))
+            assert files, f"{name}: {g} names no file"
+            for f in files:
+                own.setdefault(f, set()).add(name)
+    modules = {f: ".".join(f.relative_to(REPO).with_suffix("").parts) for f in own if f.suffix == ".py"}
+    for f in points.shared_files():
+        if f.suffix != ".py":
+            continue
+        text = f.read_text()
+        for g, mod in modules.items():
+            short = mod.rsplit(".", 1)
+            imported = (f"import {mod}" in text or f"from {mod} import" in text
+                        or f"from {short[0]} import {short[1]}" in text)
+            assert not imported, f"{f.relative_to(REPO)} (shared) imports {mod} ({', '.join(sorted(own[g]))}'s own)"
 
 
 # --- bad input -------------------------------------------------------------------------

@@ -6,8 +6,10 @@ A point's key hashes everything that decides its result:
 * the resolved scenario (``to_toml``: canonical units, the seed included),
 * the code's version (a hash of the package, the host programs, the topologies, the
   P4 program and the kernel patches: the files a run executes; not incast/report/,
-  incast/pages/ or incast/campaign/, which choose runs and read their results), and that of the files its data plane adds (the RTL
-  switch's sources for dataplane rtl: a change there dates rtl points only),
+  incast/pages/ or incast/campaign/, which choose runs and read their results): the
+  files every plane's runs execute, and those its data plane has as its own (the
+  registry's DataPlaneEntry.code and .sources: the P4 program dates bmv2 and rtl points,
+  the RTL switch's sources rtl points, the linux plane's module linux points only),
 * the kernel it runs on: for a guest, the kernels/build.sh key of its variant (every
   input of the build); for this machine's kernel, its release and build string.
 
@@ -57,19 +59,27 @@ def run_files(globs=CODE_GLOBS, root: Path = REPO) -> list[Path]:
 
 
 def plane_globs() -> tuple[str, ...]:
-    """Every data plane's own sources (registry: DataPlaneEntry.sources)."""
-    return tuple(g for e in DATAPLANES.values() for g in e.sources)
+    """Every data plane's own files (registry: DataPlaneEntry.sources and .code)."""
+    return tuple(g for e in DATAPLANES.values() for g in (*e.sources, *e.code))
+
+
+def shared_files(root: Path = REPO) -> list[Path]:
+    """The files of the code every plane's runs execute: CODE_GLOBS' less those a data
+    plane has as its own code (DataPlaneEntry.code)."""
+    own = set(run_files(tuple(g for e in DATAPLANES.values() for g in e.code), root))
+    return [p for p in run_files(root=root) if p not in own]
 
 
 @lru_cache(maxsize=8)
 def code_version(dataplane: str | None = None, root: Path = REPO) -> str:
-    """The hash of what a run executes: the common files, and with `dataplane` that
-    plane's own sources too. `root`: another checkout's files (an earlier commit's, to
-    tell whether a kept result's code is today's)."""
+    """The hash of what a run executes: the shared files, and with `dataplane` that
+    plane's own code and sources too. `root`: another checkout's files (an earlier
+    commit's, to tell whether a kept result's code is today's)."""
     h = hashlib.sha256()
-    files = run_files(root=root)
-    if dataplane is not None and DATAPLANES[dataplane].sources:
-        files += run_files(DATAPLANES[dataplane].sources, root)
+    files = shared_files(root)
+    if dataplane is not None:
+        entry = DATAPLANES[dataplane]
+        files += run_files((*entry.code, *entry.sources), root)
     for p in files:
         h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]
