@@ -524,15 +524,20 @@ def test_a_claim_may_be_declared_undecided_only_at_the_last_look():
     assert declared({**row, "last_look": False}) != "undecided"
 
 
+def _number_figure(tmp_path, value, goodputs):
+    """A figure whose one paper number (200us at 16 servers) is `value`, and its sweep
+    table of one run a goodput there (written to tmp_path/sweep.parquet)."""
+    n = figure.PaperNumber(series="200us", x=16, value=value, source="s" * 41)
+    first = table([("200us", 16, g) for g in goodputs]).assign(point_key=[f"k{i}" for i in range(len(goodputs))])
+    first.to_parquet(tmp_path / "sweep.parquet")
+    return n, figure.Figure(**FIG, paper_numbers=[n]), first
+
+
 def test_an_undecided_paper_number_gets_more_runs_in_a_full_figure(tmp_path):
     """A paper number whose interval straddles its band's edge after six runs gets runs
     as an undecided claim does (10, then 20), in a full figure; a quick one leaves it."""
-    n = figure.PaperNumber(series="200us", x=16, value=600, source="s" * 41)
-    fig = figure.Figure(**FIG, paper_numbers=[n])
     # band 400-900: six runs 380-700 straddle its lower edge
-    first = table([("200us", 16, g) for g in (380, 500, 520, 540, 560, 700)]).assign(
-        point_key=[f"k{i}" for i in range(6)])
-    first.to_parquet(tmp_path / "sweep.parquet")
+    n, fig, first = _number_figure(tmp_path, 600, (380, 500, 520, 540, 560, 700))
     assert judge.number_verdict(fig, first, n, judge.MEDIAN)["verdict"] == "undecided"
     assert judge.undecided_points(fig, first) == []                       # claims only
     assert judge.undecided_points(fig, first, numbers=True) == [("200us", 16.0)]
@@ -553,11 +558,7 @@ def test_a_paper_number_is_judged_on_bytes_over_time_from_ten_runs(tmp_path):
     bytes over time, from 10 runs. Six runs that agree on the median leave it undecided
     on bytes over time; a full figure's make (both statistics) takes the point to 10
     runs, where it is decided; a count stays on the median."""
-    n = figure.PaperNumber(series="200us", x=16, value=500, source="s" * 41)
-    fig = figure.Figure(**FIG, paper_numbers=[n])
-    first = table([("200us", 16, g) for g in (420, 450, 480, 500, 520, 560)]).assign(
-        point_key=[f"k{i}" for i in range(6)])
-    first.to_parquet(tmp_path / "sweep.parquet")
+    n, fig, first = _number_figure(tmp_path, 500, (420, 450, 480, 500, 520, 560))
     assert judge.number_verdict(fig, first, n, judge.MEDIAN)["verdict"] == "agrees"
     pooled = judge.number_verdict(fig, first, n)
     assert pooled["verdict"] == "undecided" and pooled["statistic"] == judge.POOLED and pooled["runs"] == 6
