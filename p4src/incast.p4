@@ -26,8 +26,12 @@
  *   - queue telemetry: egress-to-egress (and, for drops, ingress-to-egress) clones to
  *     a collector port, truncated, carrying the incast_tel_t header.
  *
- * The control plane (incast/dataplane/bmv2.py) fills the tables and registers from
- * the scenario. Register indexes are port * 8 + class.
+ * The control plane (incast/dataplane/bmv2.py) fills the tables from the scenario: the
+ * switch's settings are the parameters of `configure` (the default action of a keyless
+ * table in ingress and in egress), each queue's its `queue_config` entries, each
+ * port's MAC its `port_config` entry; no setting lives in a register, so a P4Runtime
+ * client writes them all. The registers hold the state the pipeline keeps. Register
+ * and queue-table indexes are port * 8 + class.
  *
  * Ingress and egress run in different bmv2 threads and share registers. bmv2 locks
  * the register arrays an action uses for the whole action, and nothing wider (an
@@ -64,26 +68,6 @@ const bit<8> CLONE_PAUSE = 2;
 
 const bit<8> EVENT_DEQUEUE = 0;
 const bit<8> EVENT_DROP = 1;
-
-/* Configuration registers (cfg[i]), written by the control plane. */
-const bit<32> CFG_SWITCH_ID = 0;
-const bit<32> CFG_PAUSE_ON = 1;
-const bit<32> CFG_XOFF = 2;          /* bytes in the port's queues */
-const bit<32> CFG_XON = 3;
-const bit<32> CFG_QUANTA = 4;        /* pause quanta sent at XOFF (512 bit-times each) */
-const bit<32> CFG_PAUSE_US = 5;      /* how long those quanta last at the link rate */
-const bit<32> CFG_REFRESH_US = 6;    /* refresh a pause this long before it expires */
-const bit<32> CFG_TEL_MODE = 7;      /* 0 off, 1 every packet, 2 one in N, 3 on change, 4 above threshold */
-const bit<32> CFG_TEL_N = 8;
-const bit<32> CFG_TEL_THRESHOLD = 9; /* bytes (mode 4) */
-const bit<32> CFG_TEL_DELTA = 10;    /* bytes (mode 3) */
-const bit<32> CFG_LATE_US = 11;      /* a packet that waited longer before ingress is late */
-const bit<32> CFG_ECN_K = 12;        /* mark CE when the class queue holds more bytes (0: off) */
-const bit<32> CFG_PFC = 13;          /* 1: per-class PFC against xoff_bytes/xon_bytes, not 802.3x */
-const bit<32> CFG_OBEY = 14;         /* 1: obey PAUSE and PFC received at the ports */
-const bit<32> CFG_QUANTUM_US1024 = 15; /* one pause quantum at the link rate, in us/1024 */
-const bit<32> CFG_POOL_BYTES = 16;   /* shared buffer: the pool every queue draws from (0: none) */
-const bit<32> CFG_POOL_ALPHA16 = 17; /* a queue may hold alpha x the free pool; alpha in 1/16 */
 
 const bit<8> TEL_OFF = 0;
 const bit<8> TEL_ALL = 1;
@@ -203,6 +187,35 @@ struct headers_t {
     udp_t         udp;
 }
 
+/* The switch's settings, as the control plane sets them (action configure). */
+struct config_t {
+    bit<32> switch_id;
+    bit<32> pause_on;
+    bit<32> xoff;           /* bytes in the port's queues */
+    bit<32> xon;
+    bit<32> quanta;         /* pause quanta sent at XOFF (512 bit-times each) */
+    bit<32> pause_us;       /* how long those quanta last at the link rate */
+    bit<32> refresh_us;     /* refresh a pause this long before it expires */
+    bit<32> tel_mode;       /* 0 off, 1 every packet, 2 one in N, 3 on change, 4 above threshold */
+    bit<32> tel_n;
+    bit<32> tel_threshold;  /* bytes (mode 4) */
+    bit<32> tel_delta;      /* bytes (mode 3) */
+    bit<32> late_us;        /* a packet that waited longer before ingress is late */
+    bit<32> ecn_k;          /* mark CE when the class queue holds more bytes (0: off) */
+    bit<32> pfc;            /* 1: per-class PFC against each queue's xoff/xon, not 802.3x */
+    bit<32> obey;           /* 1: obey PAUSE and PFC received at the ports */
+    bit<32> quantum_us1024; /* one pause quantum at the link rate, in us/1024 */
+    bit<32> pool_bytes;     /* shared buffer: the pool every queue draws from (0: none) */
+    bit<32> pool_alpha16;   /* a queue may hold alpha x the free pool; alpha in 1/16 */
+}
+
+/* A (port, class) queue's settings (action configure_queue). */
+struct queue_config_t {
+    bit<32> limit;          /* bytes it may hold */
+    bit<32> xoff;           /* PFC: pause its class above this many bytes ... */
+    bit<32> xon;            /* ... and resume at this many */
+}
+
 struct metadata_t {
     @field_list(1) bit<8>  clone_kind;
     @field_list(1) bit<8>  event;
@@ -234,24 +247,22 @@ struct metadata_t {
     bit<1>  send_xon;
     bit<1>  sample;
     bit<1>  ecn_marked;  /* the IPv4 header changed: its checksum is recomputed */
+    config_t       cfg;  /* the switch's settings (configure), read each pass */
+    queue_config_t q;    /* this packet's queue's (configure_queue) */
 }
 
 /* State shared by ingress (admission) and egress (departure). */
-register<bit<32>>(18) cfg;
 register<bit<32>>(NQUEUES) occ_bytes;          /* per (port, class) */
-register<bit<32>>(NQUEUES) limit_bytes;
 register<bit<32>>(NPORTS) port_bytes;          /* per port, all classes */
-/* Shared buffer (cfg[CFG_POOL_BYTES] != 0): the bytes every queue of the switch holds
+/* Shared buffer (cfg.pool_bytes != 0): the bytes every queue of the switch holds
  * together, and the most it held. */
-register<bit<32>>(1) pool_bytes;
+register<bit<32>>(1) pool_used;
 register<bit<32>>(1) pool_max_bytes;
 register<bit<48>>(NPORTS) pause_until;         /* us; a port is paused while now < this */
 register<bit<1>>(NPORTS) congested;            /* the port passed XOFF and has not fallen to XON */
 register<bit<32>>(1) congested_ports;          /* how many: the last one to reach XON sends XON */
 register<bit<48>>(1) pause_all_until;          /* us; when the last broadcast PAUSE expires */
 /* PFC: the same state per class queue (port * 8 + class) and per class. */
-register<bit<32>>(NQUEUES) xoff_bytes;
-register<bit<32>>(NQUEUES) xon_bytes;
 register<bit<48>>(NQUEUES) pfc_until;          /* us; a port's class is paused while now < this */
 register<bit<1>>(NQUEUES) queue_congested;     /* the class queue passed its XOFF, not yet at XON */
 register<bit<32>>(8) congested_queues;         /* per class: the last one to reach XON sends XON */
@@ -263,6 +274,40 @@ register<bit<48>>(NQUEUES) rx_held_us;         /* us paused by the peer so far *
 register<bit<32>>(NQUEUES) hold_tail;          /* the next place in the (port, class)'s hold loop */
 register<bit<32>>(NQUEUES) hold_head;          /* the oldest place still in it (head == tail: empty) */
 counter(1, CounterType.packets) telemetry_suppressed;
+
+/* The settings: one action for the switch's and one for a queue's, default action or
+ * entry of a table in ingress and one in egress (each pass reads them afresh: a clone
+ * keeps only the fields of its field list). */
+action configure(inout metadata_t meta, bit<32> switch_id, bit<32> pause_on, bit<32> xoff, bit<32> xon,
+                 bit<32> quanta, bit<32> pause_us, bit<32> refresh_us, bit<32> tel_mode, bit<32> tel_n,
+                 bit<32> tel_threshold, bit<32> tel_delta, bit<32> late_us, bit<32> ecn_k, bit<32> pfc,
+                 bit<32> obey, bit<32> quantum_us1024, bit<32> pool_bytes, bit<32> pool_alpha16) {
+    meta.cfg.switch_id = switch_id;
+    meta.cfg.pause_on = pause_on;
+    meta.cfg.xoff = xoff;
+    meta.cfg.xon = xon;
+    meta.cfg.quanta = quanta;
+    meta.cfg.pause_us = pause_us;
+    meta.cfg.refresh_us = refresh_us;
+    meta.cfg.tel_mode = tel_mode;
+    meta.cfg.tel_n = tel_n;
+    meta.cfg.tel_threshold = tel_threshold;
+    meta.cfg.tel_delta = tel_delta;
+    meta.cfg.late_us = late_us;
+    meta.cfg.ecn_k = ecn_k;
+    meta.cfg.pfc = pfc;
+    meta.cfg.obey = obey;
+    meta.cfg.quantum_us1024 = quantum_us1024;
+    meta.cfg.pool_bytes = pool_bytes;
+    meta.cfg.pool_alpha16 = pool_alpha16;
+}
+
+/* A queue without an entry admits nothing. */
+action configure_queue(inout metadata_t meta, bit<32> limit, bit<32> xoff, bit<32> xon) {
+    meta.q.limit = limit;
+    meta.q.xoff = xoff;
+    meta.q.xon = xon;
+}
 
 /* ---------------------------------------------------------------- parser */
 parser IncastParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
@@ -343,6 +388,18 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
     counter(NPORTS, CounterType.packets) xon_rx;        /* ... with none (resume) */
     counter(NQUEUES, CounterType.packets) held;         /* packets sent into the hold loop */
 
+    /* Everything 0 until the control plane sets it: no PAUSE, no telemetry, no pool. */
+    table switch_config {
+        actions = { configure(meta); }
+        default_action = configure(meta, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    }
+    table queue_config {
+        key = { meta.qidx: exact; }
+        actions = { configure_queue(meta); }
+        default_action = configure_queue(meta, 0, 0, 0);
+        size = NQUEUES;
+    }
+
     action drop() {
         mark_to_drop(std);
     }
@@ -378,17 +435,15 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
     /* Admission against the byte limit of (egress port, class). */
     action admit() {
         /* lab 5 begin: admit the packet (meta.pkt_len bytes) if its class queue
-         * (occ_bytes[meta.qidx]) stays within its limit (limit_bytes[meta.qidx]); if so
+         * (occ_bytes[meta.qidx]) stays within its limit (meta.q.limit); if so
          * add its bytes to the class queue and to the port (port_bytes[meta.pidx]). Set
          * meta.accounted (1: admitted), meta.occ_enq and meta.port_enq (after it). */
         /* lab 5 stub: meta.accounted = 0; meta.occ_enq = 0; meta.port_enq = 0; */
         bit<32> occ;
-        bit<32> lim;
         bit<32> port_occ;
         occ_bytes.read(occ, meta.qidx);
-        limit_bytes.read(lim, meta.qidx);
         port_bytes.read(port_occ, meta.pidx);
-        bool ok = occ + meta.pkt_len <= lim;
+        bool ok = occ + meta.pkt_len <= meta.q.limit;
         occ = ok ? occ + meta.pkt_len : occ;
         port_occ = ok ? port_occ + meta.pkt_len : port_occ;
         occ_bytes.write(meta.qidx, occ);
@@ -406,57 +461,47 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
          * (congested[pidx] = 1, and count it in congested_ports[0] if it was not
          * already) and decide whether a PAUSE goes out now (meta.send_pause = 1): when
          * no port was congested before, or when the last PAUSE (it lasts until
-         * pause_all_until[0], in us) expires within cfg[CFG_REFRESH_US]; then it lasts
-         * until now + cfg[CFG_PAUSE_US]. */
+         * pause_all_until[0], in us) expires within meta.cfg.refresh_us; then it lasts
+         * until now + meta.cfg.pause_us. */
         /* lab 6 stub: meta.send_pause = 0; */
-        bit<32> refresh_us;
-        bit<32> pause_us;
         bit<1> was_congested;
         bit<32> n;
         bit<48> until;
-        cfg.read(refresh_us, CFG_REFRESH_US);
-        cfg.read(pause_us, CFG_PAUSE_US);
         congested.read(was_congested, meta.pidx);
         congested_ports.read(n, 0);
         pause_all_until.read(until, 0);
         bit<48> now = std.ingress_global_timestamp;
-        bool send = n == 0 || now + (bit<48>)refresh_us >= until;
+        bool send = n == 0 || now + (bit<48>)meta.cfg.refresh_us >= until;
         congested.write(meta.pidx, 1);
         congested_ports.write(0, was_congested == 0 ? n + 1 : n);
-        pause_all_until.write(0, send ? now + (bit<48>)pause_us : until);
+        pause_all_until.write(0, send ? now + (bit<48>)meta.cfg.pause_us : until);
         meta.send_pause = send ? 1w1 : 1w0;
         /* lab 6 end */
     }
 
     /* PFC: the class queue is above its XOFF; as note_xoff, for its class alone. */
     action note_class_xoff() {
-        bit<32> refresh_us;
-        bit<32> pause_us;
         bit<1> was_congested;
         bit<32> n;
         bit<48> until;
         bit<32> c = (bit<32>)meta.qclass;
-        cfg.read(refresh_us, CFG_REFRESH_US);
-        cfg.read(pause_us, CFG_PAUSE_US);
         queue_congested.read(was_congested, meta.qidx);
         congested_queues.read(n, c);
         pfc_all_until.read(until, c);
         bit<48> now = std.ingress_global_timestamp;
-        bool send = n == 0 || now + (bit<48>)refresh_us >= until;
+        bool send = n == 0 || now + (bit<48>)meta.cfg.refresh_us >= until;
         queue_congested.write(meta.qidx, 1);
         congested_queues.write(c, was_congested == 0 ? n + 1 : n);
-        pfc_all_until.write(c, send ? now + (bit<48>)pause_us : until);
+        pfc_all_until.write(c, send ? now + (bit<48>)meta.cfg.pause_us : until);
         meta.send_pause = send ? 1w1 : 1w0;
     }
 
     /* A pause of `quanta` for (port, class) q from now on (0: it ends now); the time
      * the last one held it is added up first. */
     action obey_pause(bit<32> q, bit<16> quanta) {
-        bit<32> per;
         bit<48> until;
         bit<48> mark;
         bit<48> held_us;
-        cfg.read(per, CFG_QUANTUM_US1024);
         rx_until.read(until, q);
         rx_mark.read(mark, q);
         rx_held_us.read(held_us, q);
@@ -464,7 +509,7 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
         bit<48> end = until < now ? until : now;
         rx_held_us.write(q, end > mark ? held_us + (end - mark) : held_us);
         rx_mark.write(q, now);
-        rx_until.write(q, now + (((bit<48>)quanta * (bit<48>)per) >> 10));
+        rx_until.write(q, now + (((bit<48>)quanta * (bit<48>)meta.cfg.quantum_us1024) >> 10));
     }
 
     /* A packet admitted to a paused (port, class), or to one whose earlier packets are
@@ -499,13 +544,11 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
     /* The shared pool: room for the packet in its class queue? Without a pool (its
      * size 0) always. */
     action pool_check() {
-        bit<32> size;
-        bit<32> alpha16;
+        bit<32> size = meta.cfg.pool_bytes;
+        bit<32> alpha16 = meta.cfg.pool_alpha16;
         bit<32> used;
         bit<32> occ;
-        cfg.read(size, CFG_POOL_BYTES);
-        cfg.read(alpha16, CFG_POOL_ALPHA16);
-        pool_bytes.read(used, 0);
+        pool_used.read(used, 0);
         occ_bytes.read(occ, meta.qidx);
         bit<32> free = used < size ? size - used : 0;
         bool fits = used + meta.pkt_len <= size && occ + meta.pkt_len <= (free * alpha16) >> 4;
@@ -513,14 +556,13 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
     }
 
     action pool_take() {
-        bit<32> size;
+        bit<32> size = meta.cfg.pool_bytes;
         bit<32> used;
         bit<32> most;
-        cfg.read(size, CFG_POOL_BYTES);
-        pool_bytes.read(used, 0);
+        pool_used.read(used, 0);
         pool_max_bytes.read(most, 0);
         used = size != 0 ? used + meta.pkt_len : used;
-        pool_bytes.write(0, used);
+        pool_used.write(0, used);
         pool_max_bytes.write(0, used > most ? used : most);
     }
 
@@ -535,14 +577,13 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
             mark_to_drop(std);   /* the loop runs one way: whatever comes in here is not ours */
             return;
         }
+        switch_config.apply();
         if (hdr.mac_control.isValid()) {
             /* PAUSE and PFC are link-local: consumed here, never forwarded. */
             bit<32> port = (bit<32>)std.ingress_port;
             mac_control_rx.count(port);
             mark_to_drop(std);
-            bit<32> obey;
-            cfg.read(obey, CFG_OBEY);
-            if (obey == 0) {
+            if (meta.cfg.obey == 0) {
                 return;
             }
             bit<32> q = port * 8;
@@ -615,6 +656,7 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
         meta.pidx = (bit<32>)std.egress_spec;
         meta.out_port = (bit<16>)std.egress_spec;
         meta.enq_ts = std.ingress_global_timestamp;
+        queue_config.apply();
         if (std.ingress_port == HOLD_RETURN_PORT) {
             /* Admitted (and its XOFF decided) when it first arrived; its bytes are the
              * frame's, without the tag. */
@@ -640,9 +682,7 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
         if (meta.accounted == 1) {
             pool_take();
         }
-        bit<32> obey;
-        cfg.read(obey, CFG_OBEY);
-        if (meta.accounted == 1 && obey != 0) {
+        if (meta.accounted == 1 && meta.cfg.obey != 0) {
             hold_if_paused();
             if (meta.held == 1) {
                 hdr.hold.setValid();
@@ -653,21 +693,17 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
 
         /* ECN (DCTCP's K): an ECN-capable packet that finds more than K bytes in its
          * class queue is queued marked CE instead of unmarked; the others as before. */
-        bit<32> ecn_k;
-        cfg.read(ecn_k, CFG_ECN_K);
-        if (meta.accounted == 1 && ecn_k != 0 && hdr.ipv4.isValid() && hdr.ipv4.ecn != 0
-                && meta.occ_enq - meta.pkt_len > ecn_k) {
+        if (meta.accounted == 1 && meta.cfg.ecn_k != 0 && hdr.ipv4.isValid() && hdr.ipv4.ecn != 0
+                && meta.occ_enq - meta.pkt_len > meta.cfg.ecn_k) {
             hdr.ipv4.ecn = 3;
             meta.ecn_marked = 1;
             ecn_marks.count(meta.qidx);
         }
 
-        bit<32> tel_mode;
-        cfg.read(tel_mode, CFG_TEL_MODE);
         if (meta.accounted == 0) {
             drops.count(meta.qidx);
             mark_to_drop(std);
-            if (tel_mode != 0) {
+            if (meta.cfg.tel_mode != 0) {
                 meta.clone_kind = CLONE_TELEMETRY;
                 meta.event = EVENT_DROP;
                 meta.deq_ts = std.ingress_global_timestamp;
@@ -678,31 +714,22 @@ control IncastIngress(inout headers_t hdr, inout metadata_t meta,
          * at once (one clone to multicast group 2), as a shallow shared-buffer switch
          * must: by the time each sender is paused on its own next packet, the
          * headroom above XOFF is gone. Refreshed while still above XOFF. */
-        bit<32> pause_on;
-        bit<32> pfc_on;
-        bit<32> xoff;
-        cfg.read(pause_on, CFG_PAUSE_ON);
-        cfg.read(pfc_on, CFG_PFC);
-        if (pause_on != 0 && pfc_on != 0) {
+        if (meta.cfg.pause_on != 0 && meta.cfg.pfc != 0) {
             /* PFC: the class queue against its own XOFF; the PFC frame names the class. */
-            xoff_bytes.read(xoff, meta.qidx);
-            if (meta.occ_enq > xoff) {
+            if (meta.occ_enq > meta.q.xoff) {
                 note_class_xoff();
             }
-        } else if (pause_on != 0) {
-            cfg.read(xoff, CFG_XOFF);
-            if (meta.port_enq > xoff) {
+        } else if (meta.cfg.pause_on != 0) {
+            if (meta.port_enq > meta.cfg.xoff) {
                 note_xoff();
             }
         }
         if (meta.send_pause == 1) {
-            bit<32> quanta;
-            cfg.read(quanta, CFG_QUANTA);
             if (meta.clone_kind == CLONE_TELEMETRY) {
                 telemetry_suppressed.count(0);   /* one clone per packet: PAUSE wins */
             }
             meta.clone_kind = CLONE_PAUSE;
-            meta.quanta = (bit<16>)quanta;
+            meta.quanta = (bit<16>)meta.cfg.quanta;
             pause_tx.count(meta.pidx);
             clone_preserving_field_list(CloneType.I2E, PAUSE_MC_SESSION, FL_CLONE);
         }
@@ -718,10 +745,9 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
     register<bit<32>>(1) tel_seq;
     register<bit<32>>(NPORTS) tel_count;       /* one-in-N sampling */
     register<bit<32>>(NQUEUES) tel_last;       /* on-change sampling */
-    register<mac_t>(NPORTS) port_mac;
     /* bmv2 falling behind: how long packets waited between arriving at the switch and
      * entering their egress queue (bmv2's input queue + the ingress pipeline), a time
-     * the P4 buffer does not see. Its maximum, and a count of packets past CFG_LATE_US. */
+     * the P4 buffer does not see. Its maximum, and a count of packets past cfg.late_us. */
     register<bit<32>>(1) ingress_wait_max_us;
     counter(1, CounterType.packets) ingress_late;
     counter(NQUEUES, CounterType.packets_and_bytes) tx;
@@ -732,13 +758,32 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
      * when the pause came (bmv2 cannot stop a queue; a real port stops within a frame). */
     counter(NQUEUES, CounterType.packets) sent_while_paused;
 
+    table egress_switch_config {
+        actions = { configure(meta); }
+        default_action = configure(meta, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    }
+    table egress_queue_config {
+        key = { meta.qidx: exact; }
+        actions = { configure_queue(meta); }
+        default_action = configure_queue(meta, 0, 0, 0);
+        size = NQUEUES;
+    }
+    /* The source address of the PAUSE and PFC frames a port sends. */
+    action set_port_mac(mac_t mac) {
+        meta.port_mac = mac;
+    }
+    table port_config {
+        key = { std.egress_port: exact; }
+        actions = { set_port_mac; }
+        default_action = set_port_mac(0);
+        size = NPORTS;
+    }
+
     action to_pause_frame() {
         /* A byte-exact 802.3x PAUSE frame: 01:80:C2:00:00:01, 0x8808, opcode 1. */
-        bit<48> mac;
-        port_mac.read(mac, (bit<32>)std.egress_port);
         hdr.ethernet.setValid();
         hdr.ethernet.dst = 0x0180C2000001;
-        hdr.ethernet.src = mac;
+        hdr.ethernet.src = meta.port_mac;
         hdr.ethernet.etherType = ETHERTYPE_MAC_CONTROL;
         hdr.hold.setInvalid();
         hdr.vlan.setInvalid();
@@ -758,11 +803,9 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
     action to_pfc_frame() {
         /* A byte-exact 802.1Qbb PFC frame: opcode 0x0101, only this class enabled, its
          * quanta in its slot (class 0 first on the wire), the other slots 0. */
-        bit<48> mac;
-        port_mac.read(mac, (bit<32>)std.egress_port);
         hdr.ethernet.setValid();
         hdr.ethernet.dst = 0x0180C2000001;
-        hdr.ethernet.src = mac;
+        hdr.ethernet.src = meta.port_mac;
         hdr.ethernet.etherType = ETHERTYPE_MAC_CONTROL;
         hdr.hold.setInvalid();
         hdr.vlan.setInvalid();
@@ -782,10 +825,8 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
 
     action to_telemetry_record() {
         bit<32> seq;
-        bit<32> switch_id;
         tel_seq.read(seq, 0);
         tel_seq.write(0, seq + 1);
-        cfg.read(switch_id, CFG_SWITCH_ID);
         hdr.hold.setInvalid();
         hdr.tel_eth.setValid();
         hdr.tel_eth.dst = 0xFFFFFFFFFFFF;
@@ -793,7 +834,7 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         hdr.tel_eth.etherType = ETHERTYPE_TELEMETRY;
         hdr.tel.setValid();
         hdr.tel.seq = seq;
-        hdr.tel.switch_id = (bit<16>)switch_id;
+        hdr.tel.switch_id = (bit<16>)meta.cfg.switch_id;
         hdr.tel.ingress_port = meta.in_port;
         hdr.tel.egress_port = meta.out_port;
         hdr.tel.queue = meta.qclass;
@@ -859,25 +900,23 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
 
     /* The packet's bytes go back to the shared pool (nothing without one). */
     action pool_release() {
-        bit<32> size;
         bit<32> used;
-        cfg.read(size, CFG_POOL_BYTES);
-        pool_bytes.read(used, 0);
-        pool_bytes.write(0, size != 0 ? used - meta.pkt_len : used);
+        pool_used.read(used, 0);
+        pool_used.write(0, meta.cfg.pool_bytes != 0 ? used - meta.pkt_len : used);
     }
 
     /* A congested port down to XON; the last one sends XON. */
-    action note_departure(bit<32> xon) {
+    action note_departure() {
         /* lab 6 begin: a packet left port meta.pidx, whose queues now hold
-         * meta.port_deq bytes. A congested port at or below XON is congested no more
-         * (congested[pidx], congested_ports[0]); if it was the last congested port,
-         * the paused ports get XON now (meta.send_xon = 1). */
+         * meta.port_deq bytes. A congested port at or below XON (meta.cfg.xon) is
+         * congested no more (congested[pidx], congested_ports[0]); if it was the last
+         * congested port, the paused ports get XON now (meta.send_xon = 1). */
         /* lab 6 stub: meta.send_xon = 0; */
         bit<1> was_congested;
         bit<32> n;
         congested.read(was_congested, meta.pidx);
         congested_ports.read(n, 0);
-        bool fall = was_congested == 1 && meta.port_deq <= xon;
+        bool fall = was_congested == 1 && meta.port_deq <= meta.cfg.xon;
         congested.write(meta.pidx, fall ? 1w0 : was_congested);
         congested_ports.write(0, fall ? n - 1 : n);
         meta.send_xon = fall && n == 1 ? 1w1 : 1w0;
@@ -886,14 +925,12 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
 
     /* PFC: as note_departure, for the class queue against its own XON. */
     action note_class_departure() {
-        bit<32> xon;
         bit<1> was_congested;
         bit<32> n;
         bit<32> c = (bit<32>)meta.qclass;
-        xon_bytes.read(xon, meta.qidx);
         queue_congested.read(was_congested, meta.qidx);
         congested_queues.read(n, c);
-        bool fall = was_congested == 1 && meta.occ_deq <= xon;
+        bool fall = was_congested == 1 && meta.occ_deq <= meta.q.xon;
         queue_congested.write(meta.qidx, fall ? 1w0 : was_congested);
         congested_queues.write(c, fall ? n - 1 : n);
         meta.send_xon = fall && n == 1 ? 1w1 : 1w0;
@@ -906,30 +943,25 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
     }
 
     action note_ingress_wait() {
-        bit<32> late_us;
         bit<32> max_us;
-        cfg.read(late_us, CFG_LATE_US);
         ingress_wait_max_us.read(max_us, 0);
         bit<32> wait_us = std.enq_timestamp - (bit<32>)meta.enq_ts;   /* both us, mod 2^32 */
         ingress_wait_max_us.write(0, wait_us > max_us ? wait_us : max_us);
-        meta.sample = wait_us > late_us ? 1w1 : 1w0;
+        meta.sample = wait_us > meta.cfg.late_us ? 1w1 : 1w0;
     }
 
     action sample_one_in_n() {
-        bit<32> n;
         bit<32> count;
-        cfg.read(n, CFG_TEL_N);
         tel_count.read(count, meta.pidx);
         count = count + 1;
-        bool hit = count >= n;
+        bool hit = count >= meta.cfg.tel_n;
         tel_count.write(meta.pidx, hit ? 32w0 : count);
         meta.sample = hit ? 1w1 : 1w0;
     }
 
     action sample_on_change() {
-        bit<32> delta;
+        bit<32> delta = meta.cfg.tel_delta;
         bit<32> last_occ;
-        cfg.read(delta, CFG_TEL_DELTA);
         tel_last.read(last_occ, meta.qidx);
         bool hit = meta.occ_deq >= last_occ + delta || meta.occ_deq + delta <= last_occ;
         tel_last.write(meta.qidx, hit ? meta.occ_deq : last_occ);
@@ -940,12 +972,10 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
      * postcards of a microburst, nothing of the quiet time between. */
     action sample_above_threshold() {
         /* lab 7 begin: set meta.sample to 1 if the packet found its class queue
-         * (meta.occ_enq bytes, itself included) at or above cfg's CFG_TEL_THRESHOLD,
+         * (meta.occ_enq bytes, itself included) at or above meta.cfg.tel_threshold,
          * else 0. */
         /* lab 7 stub: meta.sample = 0; */
-        bit<32> threshold;
-        cfg.read(threshold, CFG_TEL_THRESHOLD);
-        meta.sample = meta.occ_enq >= threshold ? 1w1 : 1w0;
+        meta.sample = meta.occ_enq >= meta.cfg.tel_threshold ? 1w1 : 1w0;
         /* lab 7 end */
     }
 
@@ -955,10 +985,11 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         }
         meta.pidx = (bit<32>)std.egress_port;
         meta.qidx = (bit<32>)std.egress_port * 8 + (bit<32>)meta.qclass;
+        egress_switch_config.apply();
         if (std.instance_type == 1 || std.instance_type == 2) {   /* I2E or E2E clone */
             if (meta.clone_kind == CLONE_PAUSE) {
-                bit<32> pfc_on;
-                cfg.read(pfc_on, CFG_PFC);
+                bit<32> pfc_on = meta.cfg.pfc;
+                port_config.apply();
                 if (meta.quanta == 0) {
                     if (pfc_on != 0) {
                         end_class_pause();
@@ -977,12 +1008,11 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
                         mark_to_drop(std);
                         return;
                     }
-                    bit<32> pause_us;
-                    cfg.read(pause_us, CFG_PAUSE_US);
+                    bit<48> pause_us = (bit<48>)meta.cfg.pause_us;
                     if (pfc_on != 0) {
-                        pfc_until.write(meta.qidx, std.egress_global_timestamp + (bit<48>)pause_us);
+                        pfc_until.write(meta.qidx, std.egress_global_timestamp + pause_us);
                     } else {
-                        pause_until.write(meta.pidx, std.egress_global_timestamp + (bit<48>)pause_us);
+                        pause_until.write(meta.pidx, std.egress_global_timestamp + pause_us);
                     }
                     pause_port_tx.count(meta.pidx);
                 }
@@ -1021,18 +1051,13 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         meta.deq_timedelta = std.deq_timedelta;
         meta.deq_ts = std.egress_global_timestamp;
 
-        bit<32> pause_on;
-        bit<32> pfc_on;
-        cfg.read(pause_on, CFG_PAUSE_ON);
-        cfg.read(pfc_on, CFG_PFC);
         bool cloned = false;
-        if (pause_on != 0) {
-            if (pfc_on != 0) {
+        if (meta.cfg.pause_on != 0) {
+            if (meta.cfg.pfc != 0) {
+                egress_queue_config.apply();
                 note_class_departure();
             } else {
-                bit<32> xon;
-                cfg.read(xon, CFG_XON);
-                note_departure(xon);
+                note_departure();
             }
             if (meta.send_xon == 1) {
                 /* One clone to multicast group 2: quanta 0 to every paused port. */
@@ -1045,8 +1070,7 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         }
 
         /* Telemetry sampling. */
-        bit<32> mode;
-        cfg.read(mode, CFG_TEL_MODE);
+        bit<32> mode = meta.cfg.tel_mode;
         meta.sample = 0;
         if (mode == (bit<32>)TEL_ALL) {
             meta.sample = 1;

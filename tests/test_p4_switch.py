@@ -4,8 +4,10 @@ Verilator model (rtl), the same frames and the same assertions.
 
 A scratch namespace holds the switch's ports (veth pairs: sN is the switch's port N,
 hN the wire end the test sends into and reads from) and the telemetry port (510);
-bmv2's also its hold loop (a veth pair from port 508 back to 509). The rtl target
-takes the tests' bmv2 commands in translation (RtlRig.cli): the same registers have
+bmv2's also its hold loop (a veth pair from port 508 back to 509). The tests set the
+switch's settings and its queues' by name (Rig.settings, Rig.queue: incast.p4's
+configure and configure_queue); the rtl target writes them to its registers, and
+takes the tests' other bmv2 commands in translation (RtlRig.cli): the same settings have
 the same meaning, times become cycles of its 1 Gbit/s ports, a queue's rate its port's
 shaper. What only one target has is asserted on that one: bmv2's hold loop.
 Skipped, saying why, where bmv2 and p4c, or Verilator, are missing."""
@@ -49,6 +51,10 @@ class Rig:
     target = "bmv2"
 
     def __init__(self, json_path):
+        self.json_path = json_path
+        self.current = {}       # the settings given so far (configure takes them all at once)
+        self.handles = {}       # (table, queue index) -> its entry's handle
+        self.queues = {}        # (port, class) -> its settings given so far
         links = [(f"s{bmv2.HOLD_PORT}", f"s{bmv2.HOLD_RETURN_PORT}", "02:00:00:00:ff:fd")]
         self._wires(links)
         args = ["ip", "netns", "exec", self.ns, bmv2.tool("simple_switch"), "--thrift-port", "9090",
@@ -74,7 +80,7 @@ class Rig:
         assert ready.wait(60) and self.proc.poll() is None, b"".join(self.log[-20:]).decode()
         self._until_serving()
         self.socks = {n: self.pool.submit(self._open, f"h{n}").result() for n in list(range(1, NPORTS + 1)) + [510]}
-        self.cli(self.base_config())
+        self.base_config()
 
     def _until_serving(self, deadline_s=60.0):
         """bmv2 logs "Thrift server was started" before it serves the simple_switch
@@ -117,20 +123,45 @@ class Rig:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
         return s
 
-    def base_config(self, limit=32768, pps=0):
+    def base_config(self, limit=32768):
         cmds = []
         for n in range(1, NPORTS + 1):
             cmds.append(f"table_add IncastIngress.l2_forward IncastIngress.set_egress {MACS[n]} => {n}")
-            cmds.append(f"register_write IncastEgress.port_mac {n} {bmv2.mac_int(SWITCH_MACS[n])}")
-            for c in range(8):
-                cmds.append(f"register_write limit_bytes {n * 8 + c} {limit}")
+            cmds.append(self.port_mac_command(n, SWITCH_MACS[n]))
         ports = " ".join(str(n) for n in range(1, NPORTS + 1))
         cmds += ["mc_mgrp_create 1", f"mc_node_create 0 {ports}", "mc_node_associate 1 0",
                  "mc_mgrp_create 2", f"mc_node_create 1 {ports}", "mc_node_associate 2 1",
                  f"mirroring_add_mc {bmv2.PAUSE_MC_SESSION} 2", f"mirroring_add {bmv2.TELEMETRY_SESSION} 510",
                  "table_add IncastIngress.classify_dscp IncastIngress.set_class 8 => 1",
                  "table_add IncastIngress.classify_dscp IncastIngress.set_class 16 => 2"]
-        return cmds
+        self.cli(cmds)
+        self.settings()
+        for n in range(1, NPORTS + 1):
+            for c in range(8):
+                self.queue(n, c, limit=limit)
+
+    def port_mac_command(self, port, mac):
+        return bmv2.port_mac_command(self.json_path, port, mac)
+
+    def settings(self, **kw):
+        """Set these of the switch's settings (incast.p4's configure), the others as
+        they were."""
+        self.current.update(kw)
+        self.cli(bmv2.settings_commands(self.json_path, self.current))
+
+    def queue(self, port, cls, **kw):
+        """Set these of a (port, class) queue's settings (limit, xoff, xon), the others
+        as they were: its entries added, or changed where it has them."""
+        current = self.queues.setdefault((port, cls), {})
+        current.update(kw)
+        for cmd in bmv2.queue_commands(self.json_path, port, cls, **current):
+            w = cmd.split()
+            key = (w[1], int(w[3]))
+            if key in self.handles:
+                self.cli([" ".join(["table_modify", w[1], w[2], str(self.handles[key]), *w[5:]])])
+            else:
+                out = self.cli([cmd])
+                self.handles[key] = int(out.split("handle")[-1].split()[0])
 
     def cli(self, cmds):
         r = subprocess.run(["ip", "netns", "exec", self.ns, bmv2.tool("simple_switch_CLI"), "--thrift-port", "9090"],
@@ -188,7 +219,7 @@ class RtlRig(Rig):
                 "IncastIngress.pause_rx": (0xB002, "p"), "IncastIngress.xon_rx": (0xB003, "p")}
     REGISTERS = {"occ_bytes": (0x4000, "q"), "congested": (0xB007, "p"), "congested_ports": (0xD000, "s"),
                  "congested_queues": (0xD008, "s"), "queue_congested": (0xC000, "q"),
-                 "pool_bytes": (0xD002, "s"), "pool_max_bytes": (0xD007, "s")}
+                 "pool_used": (0xD002, "s"), "pool_max_bytes": (0xD007, "s")}
 
     def __init__(self, exe):
         from incast.dataplane import rtl
@@ -204,30 +235,41 @@ class RtlRig(Rig):
         self.control = rtl.Control(self.sock_path)
         self.macs = 0
         self.socks = {n: self.pool.submit(self._open, f"h{n}").result() for n in list(range(1, NPORTS + 1)) + [510]}
-        self.cli(self.base_config())
+        self.base_config()
 
     def _index(self, kind, index):
         # incast.p4 numbers queues port * 8 + class with ports from 1; the model from 0.
         return {"q": index - 8, "p": 8 * (index - 1), "s": index}[kind]
 
+    def port_mac_command(self, port, mac):
+        return f"port_mac {port} {bmv2.mac_int(mac)}"
+
+    def settings(self, **kw):
+        """The settings by name, into the model's configuration registers (the P4
+        program's microseconds are its cycles; bmv2's input queue, late_us, it has not)."""
+        rtl, writes = self.rtl, []
+        unknown = set(kw) - set(bmv2.SETTINGS)
+        assert not unknown, unknown
+        for name, value in kw.items():
+            if name in ("pause_us", "refresh_us"):
+                writes.append((rtl.CFG[name.replace("_us", "_cycles")], value * self.CYCLES_PER_US))
+            elif name == "quantum_us1024":
+                writes.append((rtl.CFG["quantum"], value * self.CYCLES_PER_US // 1024))
+            elif name != "late_us":
+                writes.append((rtl.CFG[name], value))
+        self.control.write(writes)
+
+    def queue(self, port, cls, **kw):
+        rtl = self.rtl
+        base = {"limit": rtl.LIMIT, "xoff": rtl.XOFF_Q, "xon": rtl.XON_Q}
+        self.control.write([(base[k] + bmv2.queue_index(port, cls) - 8, v) for k, v in kw.items()])
+
     def cli(self, cmds):
         rtl, writes = self.rtl, []
         for cmd in cmds:
             w = cmd.split()
-            if w[0] == "register_write" and w[1] == "cfg":
-                name = next(k for k, v in bmv2.CFG.items() if v == int(w[2]))
-                value = int(w[3])
-                if name in ("pause_us", "refresh_us"):
-                    writes.append((rtl.CFG[name.replace("_us", "_cycles")], value * self.CYCLES_PER_US))
-                elif name == "quantum_us1024":
-                    writes.append((rtl.CFG["quantum"], value * self.CYCLES_PER_US // 1024))
-                elif name != "late_us":       # bmv2's own input queue: none here
-                    writes.append((rtl.CFG[name], value))
-            elif w[0] == "register_write" and w[1] in ("limit_bytes", "xoff_bytes", "xon_bytes"):
-                base = {"limit_bytes": rtl.LIMIT, "xoff_bytes": rtl.XOFF_Q, "xon_bytes": rtl.XON_Q}[w[1]]
-                writes.append((base + int(w[2]) - 8, int(w[3])))
-            elif w[0] == "register_write" and w[1] == "IncastEgress.port_mac":
-                port, mac = int(w[2]) - 1, int(w[3])
+            if w[0] == "port_mac":
+                port, mac = int(w[1]) - 1, int(w[2])
                 writes += [(rtl.PORT_MAC + 4 * port, mac & 0xFFFFFFFF), (rtl.PORT_MAC + 4 * port + 1, mac >> 32)]
             elif w[0] == "set_queue_rate":
                 pps, port = int(w[1]), int(w[2])
@@ -313,7 +355,8 @@ def test_ecn_marks_capable_packets_above_k_with_a_valid_checksum(rig):
     of what it marked and counts the marks."""
     from scapy.layers.l2 import Ether
     k = 3000
-    rig.cli([f"register_write cfg {bmv2.CFG['ecn_k']} {k}", "set_queue_rate 50 2 7"])
+    rig.settings(ecn_k=k)
+    rig.cli(["set_queue_rate 50 2 7"])
     frames = [udp(1, 2, size=1000, ecn=2 if i % 3 else 0) for i in range(12)]   # 1042 B, every 3rd not ECT
     for f in frames:
         rig.send(1, f)
@@ -326,7 +369,8 @@ def test_ecn_marks_capable_packets_above_k_with_a_valid_checksum(rig):
 def test_byte_limit_admission_and_drop_counter(rig):
     frame = udp(1, 2, size=1000)                 # 1042-byte frames
     limit = 5000                                 # room for 4 of them
-    rig.cli([f"register_write limit_bytes {2 * 8} {limit}", "set_queue_rate 50 2 7"])
+    rig.queue(2, 0, limit=limit)
+    rig.cli(["set_queue_rate 50 2 7"])
     for _ in range(20):
         rig.send(1, frame)
     got = rig.receive(2, timeout=1.5)
@@ -341,8 +385,9 @@ def test_a_shared_pool_caps_a_lone_queue_at_its_dynamic_threshold(rig):
     """A 20000-byte pool with alpha 1: a lone busy queue may hold at most the free pool
     (alpha x (pool - used)), so it stops near half the pool, below its own cap of 50000; the pool counts every admitted byte and gives them all back."""
     frame = udp(1, 2, size=1000)                 # 1042-byte frames
-    rig.cli([f"register_write limit_bytes {2 * 8} 50000", f"register_write cfg {bmv2.CFG['pool_bytes']} 20000",
-             f"register_write cfg {bmv2.CFG['pool_alpha16']} 16", "set_queue_rate 20 2 7"])
+    rig.queue(2, 0, limit=50000)
+    rig.settings(pool_bytes=20000, pool_alpha16=16)
+    rig.cli(["set_queue_rate 20 2 7"])
     for _ in range(30):
         rig.send(1, frame)
     got = rig.receive(2, timeout=2.5)
@@ -352,7 +397,7 @@ def test_a_shared_pool_caps_a_lone_queue_at_its_dynamic_threshold(rig):
     # it): the 10th (9378 + 1042 <= 10622) is, the 11th is not: 10 frames, 10420 bytes.
     assert most == 10 * len(frame), most
     assert len(got) + drops == 30 and drops > 0
-    assert rig.register("pool_bytes", 0) == 0 and rig.register("occ_bytes", 2 * 8) == 0
+    assert rig.register("pool_used", 0) == 0 and rig.register("occ_bytes", 2 * 8) == 0
 
 
 def test_a_shared_pool_divides_between_busy_queues(rig):
@@ -362,9 +407,10 @@ def test_a_shared_pool_divides_between_busy_queues(rig):
     frame = udp(1, 2, size=1000)
     other = udp(1, 3, size=1000)
     pool = 30000
-    rig.cli([f"register_write limit_bytes {2 * 8} 50000", f"register_write limit_bytes {3 * 8} 50000",
-             f"register_write cfg {bmv2.CFG['pool_bytes']} {pool}",
-             f"register_write cfg {bmv2.CFG['pool_alpha16']} 32", "set_queue_rate 10 2 7", "set_queue_rate 10 3 7"])
+    rig.queue(2, 0, limit=50000)
+    rig.queue(3, 0, limit=50000)
+    rig.settings(pool_bytes=pool, pool_alpha16=32)
+    rig.cli(["set_queue_rate 10 2 7", "set_queue_rate 10 3 7"])
     for _ in range(30):
         rig.send(1, frame)
         rig.send(1, other)
@@ -374,7 +420,7 @@ def test_a_shared_pool_divides_between_busy_queues(rig):
     assert 4 * pool / 5 - 4 * len(frame) <= most <= 4 * pool / 5, most
     drops = [rig.counter("IncastIngress.drops", n * 8)[0] for n in (2, 3)]
     assert min(drops) > 0 and len(got) + sum(drops) == 60, (len(got), drops)
-    assert rig.register("pool_bytes", 0) == 0
+    assert rig.register("pool_used", 0) == 0
 
 
 def test_pause_at_xoff_and_xon_byte_exact(rig):
@@ -382,11 +428,8 @@ def test_pause_at_xoff_and_xon_byte_exact(rig):
     from scapy.contrib.mac_control import MACControlPause
     from scapy.layers.l2 import Ether
     frame = udp(1, 2, size=1000)
-    c = bmv2.CFG
-    rig.cli([f"register_write cfg {c['pause_on']} 1", f"register_write cfg {c['xoff']} 3000",
-             f"register_write cfg {c['xon']} 1500", f"register_write cfg {c['quanta']} 4660",
-             f"register_write cfg {c['pause_us']} 1000000", f"register_write cfg {c['refresh_us']} 1000",
-             "set_queue_rate 100 2 7"])
+    rig.settings(pause_on=1, xoff=3000, xon=1500, quanta=4660, pause_us=1000000, refresh_us=1000)
+    rig.cli(["set_queue_rate 100 2 7"])
     for _ in range(6):
         rig.send(1, frame)
     seen = {n: rig.receive(n, timeout=1.5 if n == 1 else 0.2) for n in (1, 3, 4)}
@@ -404,11 +447,8 @@ def test_pause_at_xoff_and_xon_byte_exact(rig):
 def test_xon_waits_for_the_congested_port(rig):
     """Traffic leaving an idle port (the client's ACKs toward a server) must not end
     a pause that a congested port started: XON is per congested port."""
-    c = bmv2.CFG
-    rig.cli([f"register_write cfg {c['pause_on']} 1", f"register_write cfg {c['xoff']} 3000",
-             f"register_write cfg {c['xon']} 1500", f"register_write cfg {c['quanta']} 4660",
-             f"register_write cfg {c['pause_us']} 1000000", f"register_write cfg {c['refresh_us']} 1000",
-             "set_queue_rate 1 2 7"])   # port 2 drains one frame a second
+    rig.settings(pause_on=1, xoff=3000, xon=1500, quanta=4660, pause_us=1000000, refresh_us=1000)
+    rig.cli(["set_queue_rate 1 2 7"])   # port 2 drains one frame a second
     for _ in range(4):
         rig.send(1, udp(1, 2, size=1000))
     first = rig.receive(4, timeout=0.3)
@@ -426,14 +466,12 @@ def test_pfc_pauses_only_the_congested_class(rig):
     from scapy.compat import raw
     from scapy.contrib.mac_control import MACControlClassBasedFlowControl
     from scapy.layers.l2 import Ether
-    c = bmv2.CFG
-    cmds = [f"register_write cfg {c['pause_on']} 1", f"register_write cfg {c['pfc']} 1",
-            f"register_write cfg {c['quanta']} 4660", f"register_write cfg {c['pause_us']} 1000000",
-            f"register_write cfg {c['refresh_us']} 1000", "set_queue_rate 100 2 6", "set_queue_rate 100 2 7"]
-    for q in range(8, (NPORTS + 1) * 8):   # class 1 at port 2: XOFF 3000 B, XON 1500 B; the rest far
-        xoff, xon = (3000, 1500) if q == 2 * 8 + 1 else (30000, 15000)
-        cmds += [f"register_write xoff_bytes {q} {xoff}", f"register_write xon_bytes {q} {xon}"]
-    rig.cli(cmds)
+    rig.settings(pause_on=1, pfc=1, quanta=4660, pause_us=1000000, refresh_us=1000)
+    rig.cli(["set_queue_rate 100 2 6", "set_queue_rate 100 2 7"])
+    for port in range(1, NPORTS + 1):   # class 1 at port 2: XOFF 3000 B, XON 1500 B; the rest far
+        for cls in range(8):
+            xoff, xon = (3000, 1500) if (port, cls) == (2, 1) else (30000, 15000)
+            rig.queue(port, cls, xoff=xoff, xon=xon)
     for _ in range(6):   # class 0: 6000 B at port 2, above class 1's XOFF but not its own
         rig.send(1, udp(1, 2, size=1000))
     assert [f for f in rig.receive(3, timeout=0.3) if f[12:14] == b"\x88\x08"] == []
@@ -471,9 +509,8 @@ def test_pause_and_pfc_are_never_forwarded(rig):
 def obey(rig, quantum_ms=1):
     """The switch obeys PAUSE and PFC, a quantum lasting quantum_ms; its hold loop
     paced at 1000 frames a second (a round of it: 1 ms)."""
-    c = bmv2.CFG
-    rig.cli([f"register_write cfg {c['obey']} 1", f"register_write cfg {c['quantum_us1024']} {quantum_ms * 1024000}"]
-            + [f"set_queue_rate 1000 {bmv2.HOLD_PORT} {p}" for p in range(8)])
+    rig.settings(obey=1, quantum_us1024=quantum_ms * 1024000)
+    rig.cli([f"set_queue_rate 1000 {bmv2.HOLD_PORT} {p}" for p in range(8)])
 
 
 def received(rig, frame, port, counter):
@@ -548,7 +585,8 @@ def test_pfc_received_holds_only_the_class_it_names(rig):
 def test_telemetry_carries_the_packets_queue_values(rig):
     from scapy.layers.l2 import Ether
     from incast.p4.layers import IncastTelemetry
-    rig.cli([f"register_write cfg {bmv2.CFG['tel_mode']} 1", "set_queue_rate 200 3 6"])
+    rig.settings(tel_mode=1)
+    rig.cli(["set_queue_rate 200 3 6"])
     for _ in range(5):
         rig.send(1, udp(1, 3, dscp=8, size=500))
     frames = rig.receive(510, timeout=1.0, count=5)
@@ -570,8 +608,8 @@ def test_telemetry_above_a_threshold_records_only_the_burst(rig):
     from scapy.layers.l2 import Ether
     from incast.p4.layers import IncastTelemetry
     threshold = 1500                             # the third 542-byte frame reaches it
-    rig.cli([f"register_write cfg {bmv2.CFG['tel_mode']} 4",
-             f"register_write cfg {bmv2.CFG['tel_threshold']} {threshold}", "set_queue_rate 20 3 6"])
+    rig.settings(tel_mode=4, tel_threshold=threshold)
+    rig.cli(["set_queue_rate 20 3 6"])
     for _ in range(6):                           # 50 ms per frame out: the queue only grows
         rig.send(1, udp(1, 3, dscp=8, size=500))
     recs = [Ether(f)[IncastTelemetry] for f in rig.receive(510, timeout=1.0)]

@@ -22,13 +22,26 @@ def test_shared_constants_come_from_the_p4_source():
     assert c["TELEMETRY_FRAME_BYTES"] == 14 + RECORD_SIZE + 14 + 20 + 20
 
 
-def test_every_config_register_is_read_by_the_program_and_fits():
+def test_every_setting_is_a_table_parameter_the_program_reads():
+    """The switch's settings are the parameters of the action configure (no register
+    holds one, so a P4Runtime client can write them all), each read by the pipeline;
+    a queue's are configure_queue's. Both actions are the actions of their tables, in
+    ingress and in egress."""
     source = p4program.SOURCE.read_text()
-    size = int(re.search(r"register<bit<32>>\((\d+)\)\s+cfg;", source).group(1))
-    regs = p4program.config_registers()
-    assert len(set(regs.values())) == len(regs) and max(regs.values()) < size
-    for name in regs:
-        assert re.search(rf"cfg\.read\(\w+,\s*CFG_{name.upper()}\)", source), f"CFG_{name.upper()} is never read"
+    settings = p4program.config_fields()
+    assert list(settings) == p4program.action_params("configure") and len(settings) == 18
+    assert p4program.action_params("configure_queue") == ["limit", "xoff", "xon"]
+    for name in settings:
+        assert re.search(rf"meta\.cfg\.{name}\s*=\s*{name};", source), f"configure does not set {name}"
+        reads = re.findall(rf"meta\.cfg\.{name}\b(?!\s*=[^=])", source)
+        assert reads, f"the setting {name} is never read"
+    for name in p4program.action_params("configure_queue"):
+        assert re.findall(rf"meta\.q\.{name}\b(?!\s*=[^=])", source), f"the queue setting {name} is never read"
+    assert not re.search(r"register<[^>]*>\(\d+\)\s+(cfg|limit_bytes|xoff_bytes|xon_bytes|port_mac);", source)
+    for table, action in [("switch_config", "configure"), ("egress_switch_config", "configure"),
+                          ("queue_config", "configure_queue"), ("egress_queue_config", "configure_queue")]:
+        body = re.search(rf"table\s+{table}\s*\{{(.*?)\n\s*\}}", source, re.S).group(1)
+        assert re.search(rf"actions\s*=\s*\{{\s*{action}\(meta\);\s*\}}", body), table
 
 
 def test_a_labs_starter_replaces_only_its_regions_with_todos_and_stubs():
@@ -88,7 +101,8 @@ def test_the_rtl_switchs_address_map_comes_from_its_source(tmp_path):
     """incast.dataplane.rtl reads the RTL switch's register indexes and regions from
     rtl/src/incast_switch.sv, as the bmv2 plane reads incast.p4's: a change there moves
     the Python side with it. The two switches share their settings' indexes where their
-    units agree (the RTL counts cycles where the P4 program counts microseconds)."""
+    units agree (the RTL counts cycles where the P4 program counts microseconds): the
+    P4 program's are its action configure's parameters, in that order."""
     from incast.dataplane import rtl
     assert rtl.address_map() == rtl.ADDRESSES and rtl.OCC == rtl.ADDRESSES["ADDR_OCC"] == 0x4000
     moved = tmp_path / "incast_switch.sv"
@@ -100,7 +114,7 @@ def test_the_rtl_switchs_address_map_comes_from_its_source(tmp_path):
     assert len(set(regions.values())) == len(regions)
     for name in regions:
         assert len(re.findall(rf"\b{name}\b", source)) >= 2, f"{name} is declared and never decoded"
-    p4 = p4program.config_registers()
+    p4 = p4program.config_fields()
     shared = set(p4) & set(rtl.CFG)
     assert {"xoff", "xon", "quanta", "ecn_k", "pfc", "pool_bytes", "pool_alpha16", "tel_mode"} <= shared
     assert {k: rtl.CFG[k] for k in shared} == {k: p4[k] for k in shared}

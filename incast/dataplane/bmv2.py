@@ -21,7 +21,9 @@ configured over Thrift (simple_switch_CLI), not P4Runtime.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import os
 import re
 import select
@@ -57,7 +59,15 @@ HOLD_MTU = 9000 + p4program.constants()["HOLD_TAG_BYTES"]   # 9000: link.mtu's l
 # Shared with the P4 program: read from its source (incast.p4program).
 TELEMETRY_SESSION = p4program.constants()["TELEMETRY_SESSION"]
 PAUSE_MC_SESSION = p4program.constants()["PAUSE_MC_SESSION"]
-CFG = p4program.config_registers()
+# The switch's settings: action configure's parameters, the default action of a table
+# in ingress and one in egress; a queue's (configure_queue) are entries keyed by its
+# index in two tables; a port's MAC an entry of port_config. Set by name (the P4 source's,
+# as the P4Info has them), never by place.
+SETTINGS = p4program.config_fields()
+QUEUE_SETTINGS = p4program.action_params("configure_queue")
+SETTINGS_TABLES = ("IncastIngress.switch_config", "IncastEgress.egress_switch_config")
+QUEUE_TABLES = ("IncastIngress.queue_config", "IncastEgress.egress_queue_config")
+PORT_TABLE = "IncastEgress.port_config"
 THRIFT_BASE_PORT = 9090
 # A packet that waits longer than this between arriving at bmv2 and entering its egress
 # queue is late: bmv2's input queue, not the P4 buffer, is holding traffic. A run in
@@ -336,6 +346,47 @@ def queue_index(port: int, cls: int) -> int:
     return port * 8 + cls
 
 
+@functools.cache
+def table_action(json_path: Path, table: str) -> str:
+    """The name bmv2 gives the one action of a table of the compiled program (its
+    Thrift commands name actions as its JSON does)."""
+    data = json.loads(Path(json_path).read_text())
+    for pipeline in data["pipelines"]:
+        for t in pipeline["tables"]:
+            if t["name"] == table:
+                if len(t["actions"]) != 1:
+                    raise LookupError(f"{table} has {len(t['actions'])} actions, not one")
+                return t["actions"][0]
+    raise LookupError(f"{Path(json_path).name} has no table {table}")
+
+
+def settings_commands(json_path: Path, settings: dict[str, int]) -> list[str]:
+    """The switch's settings (by name; a setting not given is 0) as the default action
+    of both its settings tables."""
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        raise ValueError(f"incast.p4's configure has no setting {', '.join(unknown)} "
+                         f"(it has {', '.join(SETTINGS)})")
+    args = " ".join(str(int(settings.get(name, 0))) for name in SETTINGS)
+    return [f"table_set_default {t} {table_action(json_path, t)} {args}" for t in SETTINGS_TABLES]
+
+
+def queue_commands(json_path: Path, port: int, cls: int, **settings: int) -> list[str]:
+    """A (port, class) queue's settings (limit, xoff, xon: bytes; one not given is 0) as
+    its entry in both queue tables."""
+    unknown = sorted(set(settings) - set(QUEUE_SETTINGS))
+    if unknown:
+        raise ValueError(f"incast.p4's configure_queue has no setting {', '.join(unknown)}")
+    args = " ".join(str(int(settings.get(name, 0))) for name in QUEUE_SETTINGS)
+    return [f"table_add {t} {table_action(json_path, t)} {queue_index(port, cls)} => {args}"
+            for t in QUEUE_TABLES]
+
+
+def port_mac_command(json_path: Path, port: int, mac: str) -> str:
+    """The source address of the PAUSE and PFC frames port sends."""
+    return f"table_add {PORT_TABLE} {table_action(json_path, PORT_TABLE)} {port} => {mac_int(mac)}"
+
+
 def link_pps(rate_bps: int, mtu: int) -> int:
     """bmv2 paces queues in packets per second: full-size frames at the link rate."""
     return max(1, int(rate_bps / (8 * (mtu + ETH_HLEN + WIRE_OVERHEAD))))
@@ -395,6 +446,9 @@ class Bmv2DataPlane(DataPlane):
         host_ports = [p for p in self.ports if p.switch == sw.name]
         numbers = [p.number for p in host_ports]
         cmds = []
+        # PFC: each class queue against its own XOFF/XON (as the linux plane's).
+        pfc = s.switch.pause.enabled and s.switch.pause.pfc
+        class_pause = s.switch.class_pause_thresholds(mtu, s.topology.senders) if pfc else []
         for p in host_ports:
             # bmv2 paces in packets per second. Toward the client go full-size data
             # frames; toward the servers go ACKs, requests and PAUSE frames, which a
@@ -407,7 +461,8 @@ class Bmv2DataPlane(DataPlane):
                 backstop = limit // 60 + 8   # more packets than the byte limit can ever admit
                 cmds.append(f"set_queue_depth {backstop} {p.number} {prio}")
                 cmds.append(f"set_queue_rate {pps} {p.number} {prio}")
-                cmds.append(f"register_write limit_bytes {queue_index(p.number, c)} {limit}")
+                xoff_xon = dict(zip(("xoff", "xon"), class_pause[c])) if pfc else {}
+                cmds += queue_commands(self.json_path, p.number, c, limit=limit, **xoff_xon)
         # The hold loop: paced at four times the fastest port, so that after a pause,
         # when a held packet may leave only as the oldest of its queue and the others
         # go round again, the loop still delivers faster than the port sends; deep
@@ -431,12 +486,6 @@ class Bmv2DataPlane(DataPlane):
             if c:
                 cmds.append(f"table_add IncastIngress.classify_dscp IncastIngress.set_class {dscp} => {c}")
         xoff, xon = s.switch.port_pause_thresholds(mtu, s.topology.senders)
-        if s.switch.pause.enabled and s.switch.pause.pfc:
-            # PFC: each class queue against its own XOFF/XON (as the linux plane's).
-            for p in host_ports:
-                for c, (cx, cy) in enumerate(s.switch.class_pause_thresholds(mtu, s.topology.senders)):
-                    cmds += [f"register_write xoff_bytes {queue_index(p.number, c)} {cx}",
-                             f"register_write xon_bytes {queue_index(p.number, c)} {cy}"]
         quanta = s.switch.pause.quanta
         pause_us = int(quanta * 512 / s.link.rate * 1e6)
         mode, param = s.telemetry.sample_mode() if s.telemetry.enabled else (0, 0)
@@ -450,10 +499,10 @@ class Bmv2DataPlane(DataPlane):
                # The shared buffer (0: none), alpha in sixteenths.
                "pool_bytes": s.switch.pool.size if s.switch.pool else 0,
                "pool_alpha16": round(s.switch.pool.alpha * 16) if s.switch.pool else 0}
-        cmds += [f"register_write cfg {CFG[k]} {v}" for k, v in cfg.items()]
+        cmds += settings_commands(self.json_path, cfg)
         cmds.append(f"mirroring_add {TELEMETRY_SESSION} {TELEMETRY_PORT}")
         for p in host_ports:
-            cmds.append(f"register_write IncastEgress.port_mac {p.number} {mac_int(sw.intf(p.name).MAC())}")
+            cmds.append(port_mac_command(self.json_path, p.number, sw.intf(p.name).MAC()))
         return cmds
 
     def configure(self, net, topo) -> None:
@@ -579,7 +628,7 @@ class Bmv2DataPlane(DataPlane):
             out["switch_buffer_end_bytes"] += self._buffer_once_drained(sw)
             if self.scenario.switch.pool is not None:
                 (most, _), (left, _) = map(_parse_value, self._read(
-                    sw, [("r", "pool_max_bytes", 0), ("r", "pool_bytes", 0)]))
+                    sw, [("r", "pool_max_bytes", 0), ("r", "pool_used", 0)]))
                 out["switch_pool_max_bytes"] = max(out.get("switch_pool_max_bytes", 0), most)
                 out["switch_pool_end_bytes"] = out.get("switch_pool_end_bytes", 0) + left
         warnings = []

@@ -66,7 +66,8 @@ def address_map(source: Path = SWITCH_SOURCE) -> dict[str, int]:
 
 
 ADDRESSES = address_map()
-# Index of each configuration register: CFG_XOFF -> CFG["xoff"] (the names incast.p4's cfg has).
+# Index of each configuration register: CFG_XOFF -> CFG["xoff"] (the names of incast.p4's
+# settings, its action configure's parameters, in the same order where their units agree).
 CFG = {k[4:].lower(): v for k, v in ADDRESSES.items() if k.startswith("CFG_")}
 # Bases of the regions a port, an entry, a code point or a queue indexes.
 (PORT_MAC, MAC_TABLE, DSCP_MAP, LIMIT, XOFF_Q, XON_Q, OCC, DROPS, TX_PKTS, TX_BYTES, ECN, PORT_STATS,

@@ -1,8 +1,8 @@
 """What the Python side shares with p4src/incast.p4, read from the P4 source itself, so
-the two cannot drift: its constants (config-register indexes, EtherTypes, mirror
-sessions, the telemetry frame length) and the layout of its telemetry header.
-(p4c's P4Info lists tables and registers, not constants, so the source is the one
-place both sides can read.)"""
+the two cannot drift: its constants (EtherTypes, mirror sessions, the telemetry frame
+length), the layout of its telemetry header and the settings its configuration actions
+take. (p4c's P4Info lists tables, actions and registers, not constants, and exists only
+once p4c has run; the source is the one place both sides can always read.)"""
 from __future__ import annotations
 
 import ast
@@ -35,9 +35,23 @@ def constants() -> dict[str, int]:
     return {name: _value(expr) for name, expr in _CONST.findall(text)}
 
 
-def config_registers() -> dict[str, int]:
-    """Index in the `cfg` register of each setting: CFG_XOFF -> {"xoff": 2}."""
-    return {k[4:].lower(): v for k, v in constants().items() if k.startswith("CFG_")}
+@functools.cache
+def action_params(name: str) -> list[str]:
+    """The control plane's parameters of a top-level action, in order (its directional
+    parameters, which the tables bind, left out): action_params("configure") ->
+    ["switch_id", "pause_on", ...]."""
+    text = _COMMENT.sub("", SOURCE.read_text())
+    m = re.search(r"^action\s+" + re.escape(name) + r"\s*\(([^)]*)\)", text, re.M)
+    if m is None:
+        raise LookupError(f"{SOURCE.name} has no top-level action {name}")
+    params = [" ".join(p.split()) for p in m.group(1).split(",")]
+    return [p.split()[-1] for p in params if p and p.split()[0] not in ("in", "out", "inout")]
+
+
+def config_fields() -> dict[str, int]:
+    """Each setting of the switch (action configure's parameters) and its place:
+    {"switch_id": 0, "pause_on": 1, "xoff": 2, ...}."""
+    return {name: i for i, name in enumerate(action_params("configure"))}
 
 
 @functools.cache
