@@ -587,6 +587,7 @@ class Bmv2DataPlane(DataPlane):
         rows = []
         for sw in self.switches:
             ports = [p for p in self.ports if p.switch == sw.name]
+            self._hold_loops_drained(sw, ports, classes)
             reads = []
             for p in ports:
                 reads += [("c", "IncastEgress.pause_port_tx", p.number), ("c", "IncastEgress.xon_port_tx", p.number),
@@ -612,6 +613,21 @@ class Bmv2DataPlane(DataPlane):
                              "sent_while_paused": leaked, "held_at_end": left})
         self.pause_ports = pd.DataFrame(rows)
         return self.pause_ports
+
+    def _hold_loops_drained(self, sw, ports, classes: int) -> None:
+        """Wait until sw's hold loops are empty, or until the longest pause could have
+        ended twice: a pause its peer sent just before the traffic stopped still holds
+        packets in the loop (they leave at its end, or at the peer's XON); one that
+        never leaves (a place in the line lost) is then held_at_end."""
+        s = self.scenario
+        reads = [("r", name, queue_index(p.number, c)) for p in ports for c in range(classes)
+                 for name in ("hold_head", "hold_tail")]
+        deadline = time.monotonic() + 2 * s.switch.pause.quanta * 512 / s.link.rate + 0.05
+        while True:
+            values = [v for v, _ in map(_parse_value, self._read(sw, reads))]
+            if values[0::2] == values[1::2] or time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
 
     def health(self, sent_packets: int) -> tuple[dict, list[str]]:
         """Whether bmv2 kept up: the longest wait of a packet before its egress queue
