@@ -360,24 +360,26 @@ def table_action(json_path: Path, table: str) -> str:
     raise LookupError(f"{Path(json_path).name} has no table {table}")
 
 
+def _action_args(action: str, params, settings: dict[str, int]) -> str:
+    """An action's parameters in its order, from settings by name (one not given: 0)."""
+    unknown = sorted(set(settings) - set(params))
+    if unknown:
+        raise ValueError(f"incast.p4's {action} has no setting {', '.join(unknown)} "
+                         f"(it has {', '.join(params)})")
+    return " ".join(str(int(settings.get(name, 0))) for name in params)
+
+
 def settings_commands(json_path: Path, settings: dict[str, int]) -> list[str]:
     """The switch's settings (by name; a setting not given is 0) as the default action
     of both its settings tables."""
-    unknown = sorted(set(settings) - set(SETTINGS))
-    if unknown:
-        raise ValueError(f"incast.p4's configure has no setting {', '.join(unknown)} "
-                         f"(it has {', '.join(SETTINGS)})")
-    args = " ".join(str(int(settings.get(name, 0))) for name in SETTINGS)
+    args = _action_args("configure", SETTINGS, settings)
     return [f"table_set_default {t} {table_action(json_path, t)} {args}" for t in SETTINGS_TABLES]
 
 
 def queue_commands(json_path: Path, port: int, cls: int, **settings: int) -> list[str]:
     """A (port, class) queue's settings (limit, xoff, xon: bytes; one not given is 0) as
     its entry in both queue tables."""
-    unknown = sorted(set(settings) - set(QUEUE_SETTINGS))
-    if unknown:
-        raise ValueError(f"incast.p4's configure_queue has no setting {', '.join(unknown)}")
-    args = " ".join(str(int(settings.get(name, 0))) for name in QUEUE_SETTINGS)
+    args = _action_args("configure_queue", QUEUE_SETTINGS, settings)
     return [f"table_add {t} {table_action(json_path, t)} {queue_index(port, cls)} => {args}"
             for t in QUEUE_TABLES]
 
