@@ -79,6 +79,7 @@ DATAPLANES: dict[str, DataPlaneEntry] = {
     "linux": DataPlaneEntry("incast.dataplane.linux", "LinuxDataPlane", "kernel bridge + tc", calibrated=True,
                             ecn=True, multi_switch=True, trunk_buffer=True, pause=True, pfc=True, pause_rx=True,
                             pause_watchdog=True, port_burst_frames=4,   # linux.BURST_FRAMES
+                            shared_buffer=True,   # in the UML kernels' plug (kernels/patches-um/0006)
                             max_ports=1023,   # the kernel's BR_MAX_PORTS (1024) less port 0
                             code=("incast/dataplane/linux.py", "hosts/switch_pause.py")),
     "bmv2": DataPlaneEntry("incast.dataplane.bmv2", "Bmv2DataPlane", "p4src/incast.p4 on bmv2", pause=True,

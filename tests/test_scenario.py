@@ -249,9 +249,12 @@ def test_pause_headroom_is_the_buffer_above_xoff_at_every_senders_rate():
     assert headroom_us(faster) == pytest.approx(headroom_us(s) / 2)
 
 
-def test_a_shared_pool_is_validated_and_only_where_a_data_plane_has_one():
-    s = scn.build({"dataplane": "bmv2", "switch": {"buffer": "128KiB", "pool": {"size": "768KiB", "alpha": 2}}})
-    assert s.switch.pool.size == 768 * 1024 and s.switch.pool.alpha == 2
+def test_a_shared_pool_is_validated_and_only_where_a_data_plane_has_one(monkeypatch):
+    for plane in ("bmv2", "linux"):
+        s = scn.build({"dataplane": plane, "switch": {"buffer": "128KiB", "pool": {"size": "768KiB", "alpha": 2}}})
+        assert s.switch.pool.size == 768 * 1024 and s.switch.pool.alpha == 2
+    from dataclasses import replace
+    monkeypatch.setitem(scn.DATAPLANES, "linux", replace(scn.DATAPLANES["linux"], shared_buffer=False))
     with pytest.raises(scn.ScenarioError, match="switch.pool: the linux data plane has a fixed buffer per port"):
         scn.build({"switch": {"pool": {"size": "768KiB"}}})
     with pytest.raises(scn.ScenarioError, match="multiple of 0.0625"):

@@ -6,7 +6,9 @@ Each switch port gets, in the world namespace of the run::
       class 1:1 rate = ceil = link rate
         class 1:1c  prio c, ceil = link    strict priority: class 0 first
           bfifo limit = buffer share c     the class queue (pfifo for packet buffers;
-                                           plug with PAUSE: a byte FIFO a pause can hold)
+                                           plug with PAUSE: a byte FIFO a pause can hold;
+                                           plug with switch.pool: one that draws from the
+                                           switch's shared buffer)
     u32 filters: DSCP -> class c           the classification rule (k > 1 only)
 
 The bfifo limit counts the bytes of whole frames (Ethernet header included), so a
@@ -105,15 +107,16 @@ def port_tc_commands(dev: str, scenario, rate: int | None = None, exact_timers: 
         f"class replace dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit "
         f"burst {burst} cburst {burst} overhead {WIRE_OVERHEAD} quantum {frame}",
     ]
-    pause = scenario.switch.pause.enabled
+    # A byte FIFO that a PAUSE can hold (hosts/switch_pause.py), or that draws from a
+    # shared buffer (pool_actions): the plug.
+    plug = scenario.switch.pause.enabled or scenario.switch.pool is not None
     for c, limit in enumerate(limits):
         minor = 0x10 + c
         lines.append(f"class replace dev {dev} parent 1:1 classid 1:{minor:x} htb rate {leaf_rate}bit "
                      f"ceil {rate}bit burst {burst} cburst {burst} overhead {WIRE_OVERHEAD} prio {c} quantum {frame}")
         leaf = f"qdisc replace dev {dev} parent 1:{minor:x} handle {minor:x}: "
-        if pause:
-            # A byte FIFO that a PAUSE can hold (hosts/switch_pause.py); a new plug
-            # holds from the start, so it is opened at once.
+        if plug:
+            # A new plug holds from the start, so it is opened at once.
             lines += [leaf + f"plug limit {limit}",
                       f"qdisc change dev {dev} parent 1:{minor:x} handle {minor:x}: plug release_indefinite"]
         else:
@@ -124,6 +127,28 @@ def port_tc_commands(dev: str, scenario, rate: int | None = None, exact_timers: 
                 lines.append(f"filter add dev {dev} parent 1: protocol ip prio 1 u32 "
                              f"match ip dsfield {dscp << 2:#04x} 0xfc flowid 1:{0x10 + c:x}")
     return lines
+
+
+def pool_actions(ports: list[Port], scenario) -> list[tuple[int, str, str, int, int]]:
+    """netdev.plug_actions making every class queue of a switch draw from the switch's
+    shared buffer (switch.pool; kernels/patches-um/0006): each switch a pool of its own
+    (ids 1, 2, ... in the order of the switches' names), its size and alpha set once its
+    first queue has joined."""
+    pool = scenario.switch.pool
+    if pool is None:
+        return []
+    classes = scenario.switch.qos.queues
+    ids = {sw: i for i, sw in enumerate(sorted({p.switch for p in ports}), 1)}
+    actions, sized = [], set()
+    for p in ports:
+        for c in range(classes):
+            leaf = (p.ifindex, f"{0x10 + c:x}:", f"1:{0x10 + c:x}")
+            actions.append((*leaf, netdev.TCQ_PLUG_POOL, ids[p.switch]))
+            if p.switch not in sized:
+                sized.add(p.switch)
+                actions += [(*leaf, netdev.TCQ_PLUG_POOL_SIZE, pool.size),
+                            (*leaf, netdev.TCQ_PLUG_POOL_ALPHA, round(pool.alpha * 16))]
+    return actions
 
 
 def red_marking(limit: int, threshold: int, frame: int) -> str:
@@ -205,6 +230,14 @@ class LinuxDataPlane(DataPlane):
             raise MissingFeature("switch.pause on the linux data plane holds class queues with the plug qdisc, "
                                  "which this kernel lacks (CONFIG_NET_SCH_PLUG); the UML kernels have it: "
                                  "--clock virtual --kernel stock|hrtimer")
+        if scenario.switch.pool is not None:
+            if not getattr(features, "plug_pool", False):
+                raise MissingFeature("switch.pool on the linux data plane draws the class queues from a shared "
+                                     "buffer in the plug qdisc of kernels/patches-um/0006, which this kernel "
+                                     "lacks; the UML kernels have it: --clock virtual --kernel stock|hrtimer")
+            if scenario.switch.ecn is not None:
+                raise MissingFeature("switch.pool with switch.ecn: the linux data plane marks with the red qdisc, "
+                                     "which has no shared buffer (use dataplane bmv2 or rtl)")
         if scenario.switch.qos.queues > 1 and not features.u32:
             raise MissingFeature("QoS partitioning needs the tc u32 classifier (CONFIG_NET_CLS_U32)")
         if scenario.telemetry.enabled and features.clock.bpf:
@@ -229,9 +262,31 @@ class LinuxDataPlane(DataPlane):
                                       buffer=self.scenario.topology.trunk_buffer if p.trunk else None)
         self.tc_script = "\n".join(lines) + "\n"
         netdev.batch("tc", lines)
+        # tc has no words for a plug's pool: the actions go over netlink, and the
+        # artifact says them as (ifindex, handle, parent, action, limit).
+        pool = pool_actions(self.ports, self.scenario)
+        if pool:
+            netdev.plug_actions(pool)
+            self.tc_script += "".join(f"# plug action {a}\n" for a in pool)
 
     def artifacts(self) -> dict[str, str]:
         return {"switch.tc": self.tc_script, "switch.bridge": self.bridge_script} if self.ports else {}
+
+    def health(self, sent_packets: int) -> tuple[dict, list[str]]:
+        """With switch.pool, the most any switch's pool held (switch_pool_max_bytes) and
+        what the pools still hold (switch_pool_end_bytes: 0 once drained), from the
+        plug's statistics of one queue of each switch (a pool's counts are its queues')."""
+        if self.scenario.switch.pool is None:
+            return {}, []
+        first = {}
+        for p in self.ports:
+            first.setdefault(p.switch, p)
+        out = {"switch_pool_max_bytes": 0, "switch_pool_end_bytes": 0}
+        for p in first.values():
+            st = netdev.plug_xstats(p.ifindex, "10:") or {}
+            out["switch_pool_max_bytes"] = max(out["switch_pool_max_bytes"], st.get("pool_max", 0))
+            out["switch_pool_end_bytes"] += st.get("pool_used", 0)
+        return out, []
 
     def queue_counters(self) -> pd.DataFrame:
         rows = []

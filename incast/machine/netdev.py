@@ -174,18 +174,22 @@ def netns_delete(names: list[str]) -> None:
 # `... plug ...` send (iproute2 6.1's q_tbf.c, q_plug.c), so a qdisc made here reads
 # back from `tc qdisc show` exactly as the tc line would have made it (a test compares).
 
-# --- a plug that obeys MAC Control frames itself (kernels/patches-um/0005) ---
+# --- a plug that obeys MAC Control frames itself (kernels/patches-um/0005) and draws
+# from a buffer shared with other plugs (kernels/patches-um/0006) ---
 #
 # Actions of struct tc_plug_qopt that neither tc nor pyroute2 has a word for, and the
 # plug's TCA_XSTATS (struct tc_plug_xstats), over a netlink socket of the calling
 # thread's namespace. A kernel whose plug lacks them refuses the actions with EINVAL.
 
 TCQ_PLUG_OBEY, TCQ_PLUG_OBEY_PFC = 6, 7
+# Join the pool whose id is limit (0: leave), set its size in bytes, its alpha in 1/16.
+TCQ_PLUG_POOL, TCQ_PLUG_POOL_SIZE, TCQ_PLUG_POOL_ALPHA = 8, 9, 10
 _NLMSGHDR = struct.Struct("=IHHII")
 _TCMSG = struct.Struct("=BxxxiIII")           # family, ifindex, handle, parent, info
 _RTATTR = struct.Struct("=HH")
 _PLUG_QOPT = struct.Struct("=iI")             # action, limit
 _PLUG_XSTATS = struct.Struct("=IIIIQ")        # pause, resume, PFC ignored, pad, paused ns
+_PLUG_POOL_XSTATS = struct.Struct("=II")      # ... then (0006) the pool's bytes held, most held
 _RTM_GETQDISC, _NLMSG_ERROR, _NLMSG_DONE, _NLM_F_DUMP = 38, 2, 3, 0x300
 _TCA_KIND, _TCA_OPTIONS, _TCA_XSTATS = 1, 2, 4
 
@@ -244,18 +248,26 @@ def _qdiscs(messages, index: int):
 def plug_action(index: int, *, handle: str, parent: str, action: int, limit: int) -> None:
     """`tc qdisc change dev DEV parent P handle H plug` with a raw tc_plug_qopt action;
     raises OSError with the kernel's errno."""
-    body = _plug_body(index, handle, parent, action, limit)
+    plug_actions([(index, handle, parent, action, limit)])
+
+
+def plug_actions(actions: list[tuple[int, str, str, int, int]]) -> None:
+    """plug_action for each (index, handle, parent, action, limit), in order, over one
+    socket; raises OSError with the kernel's errno at the first it refuses."""
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as sock:
-        sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(body), RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK, 1, 0)
-                  + body)
-        for _ in _netlink_messages(sock, 1):
-            pass
+        for seq, (index, handle, parent, action, limit) in enumerate(actions, 1):
+            body = _plug_body(index, handle, parent, action, limit)
+            sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(body), RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK,
+                                     seq, 0) + body)
+            for _ in _netlink_messages(sock, seq):
+                pass
 
 
 def plug_xstats(index: int, handle: str) -> dict | None:
     """The plug's MAC Control statistics (struct tc_plug_xstats): frames that paused
-    and resumed it, PFC frames it ignored, the time it was paused; None where the plug
-    dumps none (a kernel without them)."""
+    and resumed it, PFC frames it ignored, the time it was paused, and where the kernel
+    dumps them, the bytes its shared pool holds and the most it has held (pool_used,
+    pool_max: 0 outside a pool); None where the plug dumps none (a kernel without them)."""
     want = transform_handle(handle)
     body = _TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
     found = None
@@ -270,6 +282,8 @@ def plug_xstats(index: int, handle: str) -> dict | None:
                 pause, resume, ignored, _, paused_ns = _PLUG_XSTATS.unpack_from(xstats)
                 found = {"pause_frames": pause, "resume_frames": resume, "pfc_ignored": ignored,
                          "paused_ns": paused_ns}
+                if len(xstats) >= _PLUG_XSTATS.size + _PLUG_POOL_XSTATS.size:
+                    found["pool_used"], found["pool_max"] = _PLUG_POOL_XSTATS.unpack_from(xstats, _PLUG_XSTATS.size)
     return found
 
 

@@ -10,7 +10,9 @@ import os
 import platform
 import re
 import shutil
+import socket
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -19,6 +21,8 @@ from pathlib import Path
 from incast.clock import Clock
 from incast.clock import of_clocksource as clock_of
 from incast.errors import MissingFeature
+from incast.machine import netdev
+from incast.machine.resources import setns
 
 TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 REQUIRED_TOOLS = ("ip", "tc", "ethtool", "mnexec", "nsenter")
@@ -40,6 +44,9 @@ class Features:
     tracepoints: dict[str, bool] = field(default_factory=dict)
     qdisc_drop_reasons: dict[str, int] = field(default_factory=dict)
     clocksource: str = ""
+    # The plug qdisc draws from a buffer shared between queues (kernels/patches-um/0006):
+    # the linux data plane's switch.pool.
+    plug_pool: bool = False
 
     @property
     def clock(self) -> Clock:
@@ -142,8 +149,9 @@ def _measure_hz() -> int:
     return min((100, 250, 300, 1000), key=lambda hz: abs(hz - rate))
 
 
-def _probe_netns() -> tuple[dict[str, bool], bool, bool, bool]:
-    """Try each qdisc and the u32 classifier on a veth link in a scratch namespace."""
+def _probe_netns() -> tuple[dict[str, bool], bool, bool, bool, bool]:
+    """Try each qdisc and the u32 classifier on a veth link in a scratch namespace, and
+    whether a plug joins a shared pool."""
     ns = f"incast-probe-{uuid.uuid4().hex[:8]}"
     qdiscs = {}
     subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
@@ -168,9 +176,33 @@ def _probe_netns() -> tuple[dict[str, bool], bool, bool, bool]:
         r = nsrun("sysctl", "-n", "net.ipv4.tcp_rto_min_us")
         rto_us = r.returncode == 0
         hr = nsrun("sysctl", "-n", "net.ipv4.tcp_rto_hrtimer").returncode == 0
+        pool = False
+        if qdiscs["plug"]:
+            nsrun("tc", "qdisc", "del", "dev", "probe0", "root")
+            nsrun("tc", "qdisc", "add", "dev", "probe0", "root", "handle", "1:", "plug", "limit", "10000")
+            pool = _plug_joins_pool(ns, "probe0")
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    return qdiscs, u32, rto_us, hr
+    return qdiscs, u32, rto_us, hr, pool
+
+
+def _plug_joins_pool(ns: str, dev: str) -> bool:
+    """Whether the root plug of dev in namespace ns joins a shared pool (a kernel
+    without kernels/patches-um/0006 refuses with EINVAL); from a thread in ns."""
+    answer = []
+
+    def join():
+        setns(f"/run/netns/{ns}")
+        try:
+            netdev.plug_action(socket.if_nametoindex(dev), handle="1:", parent="ffff:ffff",   # TC_H_ROOT
+                               action=netdev.TCQ_PLUG_POOL, limit=1)
+            answer.append(True)
+        except OSError:
+            answer.append(False)
+    t = threading.Thread(target=join, name="incast-probe-pool")
+    t.start()
+    t.join()
+    return bool(answer and answer[0])
 
 
 def _drop_reasons(tracefs: str | None) -> dict[str, int]:
@@ -199,7 +231,7 @@ def probe() -> Features:
     if not all(tools.values()):
         missing = ", ".join(t for t, ok in tools.items() if not ok)
         raise MissingFeature(f"missing tools: {missing} (run scripts/setup.sh)")
-    qdiscs, u32, rto_us, hrtimer = _probe_netns()
+    qdiscs, u32, rto_us, hrtimer, plug_pool = _probe_netns()
     sysctl = Path("/proc/sys/net/ipv4")
     cc_avail = (sysctl / "tcp_available_congestion_control").read_text().split()
     cc_allowed = (sysctl / "tcp_allowed_congestion_control").read_text().split()
@@ -215,4 +247,4 @@ def probe() -> Features:
     return Features(kernel=platform.release(), hz=kernel_hz(), qdiscs=qdiscs, u32=u32,
                     rto_min_us_sysctl=rto_us, hrtimer_rto=hrtimer, cc_available=cc_avail, cc_allowed=cc_allowed,
                     tools=tools, bpftrace=version, tracefs=tracefs, tracepoints=tps,
-                    qdisc_drop_reasons=_drop_reasons(tracefs), clocksource=_clocksource())
+                    qdisc_drop_reasons=_drop_reasons(tracefs), clocksource=_clocksource(), plug_pool=plug_pool)
