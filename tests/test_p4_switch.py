@@ -24,6 +24,8 @@ import pytest
 
 from conftest import needs_root
 from frame_checks import check_ecn_marks
+from pool_cases import CASES as POOL_CASES
+from pool_cases import admitted as pool_admitted
 
 pytestmark = [needs_root, pytest.mark.network, pytest.mark.p4]
 
@@ -421,6 +423,51 @@ def test_a_shared_pool_divides_between_busy_queues(rig):
     drops = [rig.counter("IncastIngress.drops", n * 8)[0] for n in (2, 3)]
     assert min(drops) > 0 and len(got) + sum(drops) == 60, (len(got), drops)
     assert rig.register("pool_used", 0) == 0
+
+
+def numbered(src: int, dst: int, seq: int, dscp: int, length: int) -> bytes:
+    """A UDP frame of `length` bytes (Ethernet header included) carrying its number."""
+    from scapy.compat import raw
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    head = Ether(src=MACS[src], dst=MACS[dst]) / IP(src=f"10.0.0.{src}", dst=f"10.0.0.{dst}", tos=dscp << 2) / \
+        UDP(sport=1000 + src, dport=2000)
+    body = seq.to_bytes(4, "big")
+    return raw(head / (body + b"x" * (length - len(raw(head)) - len(body))))
+
+
+@pytest.mark.parametrize("case", POOL_CASES, ids=[c.name for c in POOL_CASES])
+def test_a_shared_pool_admits_what_the_pool_rule_admits(rig, case):
+    """tests/pool_cases.py's arrivals (its ports 1-3 are ports 2-4 here, fed from port 1),
+    every queue they go to held by a PAUSE while they arrive: the switch admits exactly
+    the frames the rule admits, as the linux data plane does (tests/test_shared_pool.py);
+    the pool counts them, and gives every byte back once they have left."""
+    from scapy.compat import raw
+    from scapy.contrib.mac_control import MACControlPause
+    from scapy.layers.l2 import Ether
+    from incast.scenario import build
+    caps = build({}, {"dataplane": "bmv2", **case.overrides}).switch.class_limits(1500)
+    ports = sorted({p + 1 for p, _, _ in case.arrivals})
+    obey(rig)                                                   # a quantum: 1 ms
+    for p in ports:
+        for c, cap in enumerate(caps):
+            rig.queue(p, c, limit=cap)
+    rig.settings(pool_bytes=case.size, pool_alpha16=case.alpha16)
+    for p in ports:                                             # held for 1.5 s
+        received(rig, raw(Ether(dst="01:80:c2:00:00:01", src=MACS[p]) / MACControlPause(pause_time=1500)), p,
+                 "IncastIngress.pause_rx")
+    for seq, (p, c, n) in enumerate(case.arrivals):
+        rig.send(1, numbered(1, p + 1, seq, 8 * c, n))
+    got = {}
+    for p in ports:
+        for f in rig.receive(p, timeout=4.0):
+            got[int.from_bytes(f[42:46], "big")] = p
+    want, most = pool_admitted(case, caps)
+    assert sorted(got) == [i for i, ok in enumerate(want) if ok]
+    assert all(got[i] == case.arrivals[i][0] + 1 for i in got)
+    drops = sum(rig.counter("IncastIngress.drops", p * 8 + c)[0] for p in ports for c in range(len(caps)))
+    assert drops == len(case.arrivals) - len(got)
+    assert rig.register("pool_max_bytes", 0) == most and rig.register("pool_used", 0) == 0
 
 
 def test_pause_at_xoff_and_xon_byte_exact(rig):
