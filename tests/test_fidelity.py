@@ -1,5 +1,6 @@
 """Every run measures its own fidelity; calibration finds the rate this machine holds."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -346,3 +347,42 @@ def test_runs_not_faithful_on_a_busy_machine_skip_and_on_a_quiet_one_fail():
         faithful_or_fail([run(0.3), run(0.12)], "a run")
     with pytest.raises(NotFaithful):
         faithful_or_fail([run(0.3), run(0.0)], "a run")
+
+
+def test_other_processes_that_start_or_end_between_the_snapshots_count():
+    """A suite beside a run whose guests and tools each live a few seconds: a process
+    born between the snapshots counts whole, one that ended counts in its parent's time
+    for reaped children (less what it had used before), the run's own and niced ones
+    not at all."""
+    from incast.measure.cpu import Process, others_ticks
+    before = {10: Process(100, 0, "pytest", False, reaped=50, ppid=1),
+              11: Process(30, 0, "linux", False, ppid=10),          # ends, reaped by pytest
+              20: Process(500, 0, "incast", True, ppid=1),          # the run
+              30: Process(5, 19, "cc1", False, ppid=1)}
+    after = {10: Process(110, 0, "pytest", False, reaped=50 + 30 + 70 + 40, ppid=10),
+             12: Process(60, 0, "linux", False, ppid=10),           # born in between, alive
+             20: Process(900, 0, "incast", True, reaped=300, ppid=1),
+             30: Process(400, 19, "cc1", False, ppid=1)}
+    # pytest: 10 of its own; reaped 11 (30 before, 70 in between) and one born and gone
+    # in between (40): 10 + 70 + 40; the new guest 60; the run and the niced compiler nothing.
+    assert others_ticks(before, after) == {"pytest": 120, "linux": 60}
+
+
+def test_a_child_that_lived_and_ended_between_two_snapshots_is_seen():
+    """Measured: a busy child process of another tree that starts and ends between two
+    snapshots shows in cpu_others (before, such processes were not seen at all)."""
+    import subprocess
+    import sys
+    from incast.measure import cpu
+    runner = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        before = cpu.snapshot(root=runner.pid)       # the run: another process; this one is "other"
+        subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                        "while time.process_time() - t < 0.5: pass"], check=True)
+        after = cpu.snapshot(root=runner.pid)
+    finally:
+        runner.communicate(b"")
+    # 0.5 s of CPU in USER_HZ (100) ticks, in this process's time for reaped children
+    me = Path("/proc/self/comm").read_text().strip()
+    assert cpu.others_ticks(before.procs, after.procs).get(me, 0) >= 40, cpu.others_ticks(before.procs, after.procs)
+    assert cpu.use(before, after)["cpu_others"] > 0

@@ -21,9 +21,12 @@ So two snapshots, taken as the measured blocks begin and end, give:
 * ``cpu_run``: what is left of ``cpu_busy`` without those two: the run's own work
   (and the kernel's on its behalf);
 * ``cpu_others``: the share of all CPU time used by other processes at normal priority
-  (alive at both snapshots, outside the run's namespaces and process tree), with the
-  busiest of them by name in ``cpu_others_top``: the load a user can do something
-  about.
+  (outside the run's namespaces and process tree), with the busiest of them by name in
+  ``cpu_others_top``: the load a user can do something about. A process that started
+  after the first snapshot counts whole; one that ended before the second counts in its
+  parent's time for reaped children (``cutime``, ``cstime``), less what it had used
+  before the first: a test suite beside the run whose guests and tools each live a few
+  seconds takes the CPUs as surely as one long process does.
 
 A hog at normal priority shows in ``cpu_contended_max`` and ``cpu_others`` and, where
 it starves the emulation, in the links' service (incast.measure.fidelity); a niced
@@ -62,10 +65,12 @@ class Process:
     nice: int
     comm: str
     ours: bool          # the run's: in one of its namespaces, in this process's tree, or a kernel thread
+    reaped: int = 0     # cutime + cstime: its children's that it has waited for
+    ppid: int = 0
 
 
-def _stat(pid: str) -> tuple[int, int, int, str] | None:
-    """(ppid, ticks, nice, comm) of a process, or None if it is gone."""
+def _stat(pid: str) -> tuple[int, int, int, str, int] | None:
+    """(ppid, ticks, nice, comm, reaped children's ticks) of a process, or None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             text = f.read()
@@ -73,8 +78,9 @@ def _stat(pid: str) -> tuple[int, int, int, str] | None:
         return None
     comm = text[text.index("(") + 1:text.rindex(")")]
     rest = text[text.rindex(")") + 2:].split()
-    # rest[0] is field 3 (state): ppid is field 4, utime 14, stime 15, nice 19.
-    return int(rest[1]), int(rest[11]) + int(rest[12]), int(rest[16]), comm
+    # rest[0] is field 3 (state): ppid is field 4, utime 14, stime 15, cutime 16,
+    # cstime 17, nice 19.
+    return int(rest[1]), int(rest[11]) + int(rest[12]), int(rest[16]), comm, int(rest[13]) + int(rest[14])
 
 
 def _netns(pid: str) -> int | None:
@@ -111,10 +117,10 @@ def processes(own_netns: frozenset[int] = frozenset(), root: int | None = None) 
         return answer
 
     out = {}
-    for pid, (ppid, ticks, nice, comm) in raw.items():
+    for pid, (ppid, ticks, nice, comm, reaped) in raw.items():
         kernel = pid == KTHREADD or ppid == KTHREADD
         ours = kernel or in_tree(pid) or (bool(own_netns) and _netns(str(pid)) in own_netns)
-        out[pid] = Process(ticks, nice, comm, ours)
+        out[pid] = Process(ticks, nice, comm, ours, reaped, ppid)
     return out
 
 
@@ -145,12 +151,7 @@ def use(before: Snapshot | None, after: Snapshot | None) -> dict:
         steal_all += d[STEAL]
         nice_all += d[NICE]
     total_all = max(total_all, 1)
-    others: dict[str, int] = {}
-    for pid, p in after.procs.items():
-        q = before.procs.get(pid)
-        if q is None or p.ours or q.ours or p.nice > 0 or p.ticks <= q.ticks:
-            continue
-        others[p.comm] = others.get(p.comm, 0) + p.ticks - q.ticks
+    others = others_ticks(before.procs, after.procs)
     # /proc/stat counts in USER_HZ ticks, as /proc/<pid>/stat does.
     top = sorted(others.items(), key=lambda kv: -kv[1])[:3]
     busy_all = 1 - idle_all / total_all
@@ -164,6 +165,24 @@ def use(before: Snapshot | None, after: Snapshot | None) -> dict:
             "cpu_others_top": ", ".join(f"{name} {100 * t / total_all:.0f}%" for name, t in top
                                         if t / total_all >= 0.01),
             "cpu_steal": round(steal_all / total_all, 3), "sched_autogroup": autogroup_enabled()}
+
+
+def others_ticks(before: dict[int, Process], after: dict[int, Process]) -> dict[str, int]:
+    """Ticks other processes at normal priority used between two snapshots, by name:
+    those alive at both; those born between them, whole; and those that ended between
+    them, in the time their parent has waited for (less their ticks before the first)."""
+    others: dict[str, int] = {}
+    for pid, p in after.items():
+        q = before.get(pid)
+        if p.ours or (q is not None and q.ours) or p.nice > 0:
+            continue
+        used = p.ticks + p.reaped - (q.ticks + q.reaped if q is not None else 0)
+        others[p.comm] = others.get(p.comm, 0) + used
+    for pid, q in before.items():
+        parent = after.get(q.ppid)
+        if pid not in after and parent is not None and parent.comm in others and not q.ours:
+            others[parent.comm] -= q.ticks      # its time before the first, in the parent's reaped time now
+    return {comm: t for comm, t in others.items() if t > 0}
 
 
 def others_now(seconds: float = 1.0) -> float:
