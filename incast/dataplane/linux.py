@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -274,10 +275,12 @@ class LinuxDataPlane(DataPlane):
 
     def health(self, sent_packets: int) -> tuple[dict, list[str]]:
         """With switch.pool, the most any switch's pool held (switch_pool_max_bytes) and
-        what the pools still hold (switch_pool_end_bytes: 0 once drained), from the
-        plug's statistics of one queue of each switch (a pool's counts are its queues')."""
+        what the pools still hold once the queues have drained (switch_pool_end_bytes:
+        0 unless bytes leaked), from the plug's statistics of one queue of each switch (a
+        pool's counts are its queues')."""
         if self.scenario.switch.pool is None:
             return {}, []
+        self._until_drained()
         first = {}
         for p in self.ports:
             first.setdefault(p.switch, p)
@@ -287,6 +290,17 @@ class LinuxDataPlane(DataPlane):
             out["switch_pool_max_bytes"] = max(out["switch_pool_max_bytes"], st.get("pool_max", 0))
             out["switch_pool_end_bytes"] += st.get("pool_used", 0)
         return out, []
+
+    def _until_drained(self, polls: int = 1000) -> None:
+        """Wait until the switches' queues hold nothing: the last frames of a run (its
+        connections closing) may still be on their way out when it ends. Read again
+        every 0.5 ms (at most `polls` times: a held queue never drains)."""
+        ports = {p.name for p in self.ports}
+        for _ in range(polls):
+            every = netdev.qdiscs_by_dev(stats=True)
+            if not any(q["backlog"] for dev in ports for q in every.get(dev, [])):
+                return
+            time.sleep(0.0005)      # between reads of a condition, not instead of one
 
     def queue_counters(self) -> pd.DataFrame:
         rows = []
