@@ -183,13 +183,15 @@ def test_bad_era_or_sysctl_is_one_line_naming_the_field(field, value, needle):
 def test_a_sysctl_the_kernel_lacks_is_skipped_and_reported(no_leftovers):
     """A host's sysctls, set from inside a fresh namespace as configure_hosts sets them,
     with one sysctl this kernel no longer has (tcp_abc, removed in 3.9) added to the
-    era's; and a profile's own knob the kernel lacks fails, naming it."""
+    era's; and a profile's own knob the kernel lacks, or a value it refuses, fails,
+    naming the knob."""
     import threading
     from incast.machine.resources import setns
     from incast.network import hostconfig
     p = _profile(era=OLD)
     p = dataclasses.replace(p, era_sysctls={**p.era_sysctls, "net.ipv4.tcp_abc": "0"})
     bad = dataclasses.replace(p, sysctls={**p.sysctls, "net.ipv4.tcp_abc": "0"})
+    refused = dataclasses.replace(p, sysctls={**p.sysctls, "net.ipv4.tcp_congestion_control": "no-such-cc"})
     ns = f"incast-era-{uuid.uuid4().hex[:8]}"
     own = open("/proc/sys/net/ipv4/tcp_recovery").read()
     subprocess.run(["ip", "netns", "add", ns], check=True)
@@ -199,10 +201,11 @@ def test_a_sysctl_the_kernel_lacks_is_skipped_and_reported(no_leftovers):
         setns(f"/run/netns/{ns}")
         got["lines"] = hostconfig.apply_sysctls(p)
         got["recovery"] = open("/proc/sys/net/ipv4/tcp_recovery").read().strip()
-        try:
-            hostconfig.apply_sysctls(bad)
-        except RuntimeError as e:
-            got["error"] = str(e)
+        for name, profile in (("error", bad), ("refused", refused)):
+            try:
+                hostconfig.apply_sysctls(profile)
+            except RuntimeError as e:
+                got[name] = str(e)
     try:
         t = threading.Thread(target=inside)
         t.start()
@@ -213,7 +216,8 @@ def test_a_sysctl_the_kernel_lacks_is_skipped_and_reported(no_leftovers):
     assert back["missing_sysctls"] == ["net.ipv4.tcp_abc"]
     assert back["sysctls"]["net.ipv4.tcp_recovery"] == "0" and got["recovery"] == "0"
     assert open("/proc/sys/net/ipv4/tcp_recovery").read() == own     # the machine's own untouched
-    assert "net.ipv4.tcp_abc = 0: not set" in got["error"]
+    assert "net.ipv4.tcp_abc = 0: not set (no such knob)" in got["error"]
+    assert "net.ipv4.tcp_congestion_control = no-such-cc: not set (the kernel refuses it" in got["refused"]
 
 
 @needs_root
