@@ -293,6 +293,12 @@ class Pool(_Model):
             raise ValueError("switch.pool.size: 1 byte to 16 MiB")
         return self
 
+    def lone_queue_bytes(self) -> int:
+        """What a queue is sure to be admitted while the rest of the pool is empty: a
+        frame of n bytes finding q queued goes in while q + n <= alpha x (size - q),
+        so every frame is admitted up to alpha x size / (1 + alpha) bytes."""
+        return int(self.alpha * self.size / (1 + self.alpha))
+
 
 class Switch(_Model):
     """Per-port egress buffer of every switch port, in bytes or (alternatively) packets,
@@ -307,11 +313,24 @@ class Switch(_Model):
     pool: Pool | None = Field(None, description="a shared buffer with a dynamic threshold; unset: each "
                               "port has its buffer to itself")
 
+    def held_bytes(self, total: int) -> int:
+        """What a queue capped at `total` bytes holds before a drop: its cap, or with a
+        pool no more than the pool admits a lone busy queue.
+
+        Why PAUSE places XOFF against this rather than the cap: with a pool the dynamic
+        threshold drops long before the cap (a 64 KiB pool under alpha 1 holds a queue
+        to 32 KiB whatever its cap), and an XOFF above that is never reached: frames are
+        dropped and no PAUSE is sent. Against it, flow control is lossless for one busy
+        port (the incast's); with several busy ports the threshold falls further
+        (alpha / (1 + n alpha) of the pool each), and drops are counted as ever."""
+        return min(total, self.pool.lone_queue_bytes()) if self.pool is not None else total
+
     def pause_thresholds(self, mtu: int, senders: int, total: int | None = None) -> tuple[int, int]:
         """(xoff, xon) in bytes of the port's queues (or of a queue of `total` bytes: a
         class under PFC), for this many paused senders."""
         if total is None:
             total = self.buffer if self.buffer is not None else self.buffer_packets * (mtu + ETH_HLEN)
+        total = self.held_bytes(total)
         headroom = PAUSE_FRAMES_IN_FLIGHT * (mtu + ETH_HLEN) * senders
         default_xoff = min(total // 2, max(total // 8, total - headroom))
         xoff = self.pause.xoff if self.pause.xoff is not None else default_xoff
@@ -351,6 +370,11 @@ class Switch(_Model):
             raise ValueError("switch.pause needs switch.buffer in bytes (its thresholds are bytes)")
         if self.pause.xoff is not None and self.buffer is not None and self.pause.xoff >= self.buffer:
             raise ValueError(f"switch.pause.xoff must be below the buffer ({self.buffer} B)")
+        if (self.pause.xoff is not None and self.buffer is not None and self.pool is not None
+                and self.pause.xoff >= self.held_bytes(self.buffer)):
+            raise ValueError(f"switch.pause.xoff must be below what the pool admits a lone busy queue "
+                             f"(alpha x size / (1 + alpha) = {self.held_bytes(self.buffer)} B): above it "
+                             "frames are dropped before any PAUSE is sent")
         if self.pause.xon is not None and self.pause.xoff is not None and self.pause.xon > self.pause.xoff:
             raise ValueError("switch.pause.xon must not be above switch.pause.xoff")
         if self.ecn is not None:

@@ -263,6 +263,32 @@ def test_a_shared_pool_is_validated_and_only_where_a_data_plane_has_one(monkeypa
         scn.build({"dataplane": "bmv2", "switch": {"pool": {"size": "32MiB"}}})
 
 
+def test_with_a_pool_pause_places_xoff_below_what_the_pool_admits_a_lone_queue():
+    """A 64 KiB pool under alpha 1 holds a lone busy queue to alpha/(1+alpha) of it,
+    32 KiB, whatever its 128 KiB cap: XOFF and the headroom are placed against that, so
+    the headroom (two frames a sender) is there when PAUSE is sent; an XOFF of the
+    user's at or above it is refused, naming the limit."""
+    from incast.network.flow_control import headroom_bytes
+    pooled = scn.build({"dataplane": "bmv2", "topology": {"senders": 8}, "switch": {
+        "buffer": "128KiB", "pool": {"size": "64KiB"}, "pause": {"enabled": True}}})
+    assert pooled.switch.pool.lone_queue_bytes() == 32768
+    headroom = 2 * 1514 * 8
+    assert pooled.switch.port_pause_thresholds(1500, 8) == (32768 - headroom, (32768 - headroom) // 4)
+    assert headroom_bytes(pooled) == headroom
+    alone = scn.build({"dataplane": "bmv2", "topology": {"senders": 8}, "switch": {
+        "buffer": "128KiB", "pause": {"enabled": True}}})
+    assert alone.switch.port_pause_thresholds(1500, 8)[0] == 65536      # half the cap, as without a pool
+    # alpha 2: a lone queue two thirds of the pool; a cap below that is the limit again
+    assert scn.build({"dataplane": "bmv2", "switch": {"buffer": "128KiB", "pool": {
+        "size": "96KiB", "alpha": 2}}}).switch.held_bytes(131072) == 65536
+    assert scn.build({"dataplane": "bmv2", "switch": {"buffer": "16KiB", "pool": {
+        "size": "96KiB", "alpha": 2}}}).switch.held_bytes(16384) == 16384
+    with pytest.raises(ScenarioError, match=r"xoff must be below what the pool admits a lone busy queue "
+                                            r"\(alpha x size / \(1 \+ alpha\) = 32768 B\)"):
+        scn.build({"dataplane": "bmv2", "switch": {"buffer": "128KiB", "pool": {"size": "64KiB"},
+                                                   "pause": {"enabled": True, "xoff": "40KiB"}}})
+
+
 def test_a_buffer_is_bytes_or_packets_whichever_the_last_layer_gives():
     """One rule (scenario.keep_given_buffer_unit) for every layer: a file over a testbed,
     --set over a file, either unit over the other."""

@@ -169,6 +169,26 @@ def test_a_run_on_the_linux_plane_holds_its_busy_port_to_the_dynamic_threshold(t
     assert pooled["switch_pool_end_bytes"] == 0
 
 
+def test_pause_with_a_pool_on_the_linux_plane_is_lossless(tmp_path, no_leftovers):
+    """The same eight servers, pool and cap with 802.3x PAUSE: XOFF is placed below the
+    32 KiB the pool admits a lone queue (scenario.Switch.held_bytes), so the switch
+    pauses the servers before the dynamic threshold drops anything. (With XOFF from
+    the 128 KiB cap, 64 KiB, the threshold held the queue near 32 KiB: no PAUSE was
+    ever sent and 193 frames were dropped.)"""
+    from test_virtual_time import skip_reason
+
+    from conftest import run_json
+    reason = skip_reason("uml-stock")
+    if reason:
+        pytest.skip(reason)
+    s = run_json("--clock", "virtual", "--kernel", "stock", "--link-rate", "1Gbit", "--buffer", "128KiB",
+                 "--sru", "64KiB", "--senders", "8", "--blocks", "5", "--warmup", "1", "--rto-min", "min",
+                 "--set", "switch.pool.size=64KiB", "--pause", "on", "--out", tmp_path / "paused")
+    assert s["pause_xoff_bytes"] == 32768 - 2 * 1514 * 8, s["pause_xoff_bytes"]
+    assert s["pause_frames_sent"] > 0 and s["drops"] == 0 and s["bottleneck_drops"] == 0, s
+    assert s["switch_pool_max_bytes"] <= 32768 and s["switch_pool_end_bytes"] == 0, s
+
+
 def test_this_machines_kernel_refuses_a_pool_in_one_line(tmp_path):
     """Where the kernel's plug has no pool (this machine's, on the real clock), a run with
     switch.pool stops before it builds anything, saying where the pool is."""

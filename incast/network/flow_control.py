@@ -206,16 +206,17 @@ def pause_agent_args(dev: str, scenario, features=None) -> list[str]:
 
 def headroom_bytes(scenario) -> int | None:
     """With PAUSE (or PFC) on: the buffer above XOFF, the smallest over the queues
-    PAUSE watches (each class queue under PFC, the port under 802.3x). None without
-    PAUSE or with a buffer counted in packets."""
+    PAUSE watches (each class queue under PFC, the port under 802.3x); with a pool,
+    what the pool admits a lone busy queue above XOFF. None without PAUSE or with a
+    buffer counted in packets."""
     sw = scenario.switch
     if not sw.pause.enabled or sw.buffer is None:
         return None
     mtu, senders = scenario.link.mtu, scenario.topology.senders
     if sw.pause.pfc:
-        return min(lim - xoff for lim, (xoff, _) in
+        return min(sw.held_bytes(lim) - xoff for lim, (xoff, _) in
                    zip(sw.class_limits(mtu), sw.class_pause_thresholds(mtu, senders)))
-    return sw.buffer - sw.port_pause_thresholds(mtu, senders)[0]
+    return sw.held_bytes(sw.buffer) - sw.port_pause_thresholds(mtu, senders)[0]
 
 
 def headroom_needed(scenario, reaction_us: float) -> int:
