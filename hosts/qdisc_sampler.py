@@ -9,7 +9,9 @@ fast, so the sampler wakes exactly every interval and the network does not see i
 
 Records (little-endian, 40 bytes): ts_ns u64 (CLOCK_MONOTONIC), ifindex u32, queue i32
 (class c for the leaf qdisc of handle base+c, -1 for the port's root qdisc), qlen u32,
-backlog u32, drops u32, pad u32, packets u64 (dequeued so far).
+backlog u32, drops u32, pool u32 (the bytes the queue's shared pool holds, 0xFFFFFFFF
+where it is in none), packets u64 (dequeued so far). A pool changes only when one of
+its queues does, so the queue's record that changed carries the pool's new count.
 
 Prints READY once the first sample is taken; on SIGINT or SIGTERM it stops and prints
 RECORDS n, SAMPLES n and SPAN_NS (from the first sample to the end).
@@ -52,7 +54,7 @@ def main() -> int:
         while not stop:
             now = time.monotonic_ns()
             buf = []
-            for ifindex, major, qlen, backlog, drops, packets in qdisc_stats(nl, samples + 1):
+            for ifindex, major, qlen, backlog, drops, packets, pool in qdisc_stats(nl, samples + 1):
                 if ifindex not in ports:
                     continue
                 if major == a.root_major:
@@ -64,7 +66,7 @@ def main() -> int:
                 state = (qlen, backlog, drops)
                 if last.get((ifindex, queue)) != state:
                     last[(ifindex, queue)] = state
-                    buf.append(RECORD.pack(now, ifindex, queue, qlen, backlog, drops, 0, packets))
+                    buf.append(RECORD.pack(now, ifindex, queue, qlen, backlog, drops, pool, packets))
             out.write(b"".join(buf))
             records += len(buf)
             samples += 1

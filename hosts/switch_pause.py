@@ -94,7 +94,7 @@ class Netlink:
         """{(ifindex, handle major): backlog bytes} of every qdisc."""
         self.seq += 1
         return {(ifindex, major): backlog
-                for ifindex, major, _, backlog, _, _ in qdisc_stats(self.sock, self.seq)}
+                for ifindex, major, _, backlog, _, _, _ in qdisc_stats(self.sock, self.seq)}
 
     def plug(self, ifindex, major, parent_minor, action, limit=0):
         """`tc qdisc change dev IF parent 1:MINOR handle MAJOR: plug ACTION`."""
@@ -140,7 +140,7 @@ class Crossings:
                 return None
             for kind, stats in qdisc_messages(data):
                 if kind == RTM_NEWQDISC:
-                    ifindex, major, _, b, _, _ = stats
+                    ifindex, major, _, b, _, _, _ = stats
                     backlog[(ifindex, major)] = b
                     self.told += 1
 

@@ -121,7 +121,7 @@ INSTRUMENTS: dict[str, InstrumentEntry] = {
     "cpu": InstrumentEntry("incast.measure.cpu", "CpuUse"),
     "flow_control": InstrumentEntry("incast.network.flow_control", "FlowControl", ("pause_ports.parquet",)),
     "background": InstrumentEntry("incast.workload.background", "BackgroundTraffic", ("background.parquet",)),
-    "telemetry": InstrumentEntry("incast.measure.telemetry", "QueueTelemetry", ("telemetry.parquet",)),
+    "telemetry": InstrumentEntry("incast.measure.telemetry", "QueueTelemetry", ("telemetry.parquet", "pool.parquet")),
     "capture": InstrumentEntry("incast.measure.capture", "ServerCapture", ("capture/",)),
     "links": InstrumentEntry("incast.measure.fidelity", "LinkMonitor", ("links.parquet",)),
 }

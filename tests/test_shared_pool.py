@@ -147,7 +147,10 @@ def test_a_run_on_the_linux_plane_holds_its_busy_port_to_the_dynamic_threshold(t
     """Eight servers into one port with a 128 KiB cap: alone it fills past 64 KiB; with a
     64 KiB pool under alpha 1 the busy queue may hold about alpha/(1+alpha) of the pool,
     32 KiB, and the pool says so, and is empty at the end. (The pool's count is exact;
-    the queue's telemetry is sampled every 20 us, so only its upper bound is tight.)"""
+    the queue's telemetry is sampled every 20 us, so only its upper bound is tight.)
+    The pool's occupancy over time (pool.parquet, from the same samples) never passes
+    the pool's own peak, reaches the busy queue's sampled peak, and ends empty."""
+    import pandas as pd
     from test_virtual_time import skip_reason
 
     from conftest import run_json
@@ -167,6 +170,11 @@ def test_a_run_on_the_linux_plane_holds_its_busy_port_to_the_dynamic_threshold(t
     assert 30 * 1024 <= pooled["switch_pool_max_bytes"] <= 34 * 1024, pooled["switch_pool_max_bytes"]
     assert 16 * 1024 < pooled["max_queue_bytes"] <= (64 * 1024 + 1514) // 2, pooled["max_queue_bytes"]
     assert pooled["switch_pool_end_bytes"] == 0
+    pool = pd.read_parquet(tmp_path / "pooled" / "pool.parquet")
+    assert list(pool.columns) == ["time_us", "switch", "bytes"] and set(pool["switch"]) == {"s1"}, pool
+    assert pool["time_us"].is_monotonic_increasing and (pool["bytes"].diff().dropna() != 0).all()
+    assert pooled["max_queue_bytes"] <= pool["bytes"].max() <= pooled["switch_pool_max_bytes"], pool["bytes"].max()
+    assert not (tmp_path / "alone" / "pool.parquet").exists()      # no pool, no table
 
 
 def test_pause_with_a_pool_on_the_linux_plane_is_lossless(tmp_path, no_leftovers):

@@ -87,3 +87,21 @@ def test_microbursts_split_a_ports_records_where_they_pause():
     assert b["peak_bytes"].tolist() == [20000, 24000] and b["records"].tolist() == [5, 5]
     assert len(microbursts(pd.DataFrame(rows), "s1-eth1", gap_us=10_000)) == 1   # a longer gap joins them
     assert microbursts(pd.DataFrame(rows), "s9-eth1", gap_us=2000).empty
+
+
+def test_sampled_pool_rows_are_each_switchs_count_where_it_changed():
+    """The qdisc sampler's records -> pool.parquet: one count per switch and sample (its
+    queues read in one dump), a row only where it changed; root qdiscs and queues in no
+    pool give none."""
+    import numpy as np
+
+    from incast.measure.qdisc_sampler import NO_POOL, RECORD_DTYPE, decode_pool
+    ports = {1: ("s1", "s1-eth1"), 2: ("s1", "s1-eth2"), 3: ("s2", "s2-eth1")}
+    rows = [(1000, 1, 0, 1, 1514, 0, 1514, 0), (1000, 2, 0, 1, 66, 0, 1580, 0),   # one sample of s1
+            (1000, 1, -1, 2, 1580, 0, NO_POOL, 0),                                 # a root: no pool
+            (2000, 1, 0, 1, 1514, 0, 1580, 0),                                     # unchanged: no row
+            (3000, 1, 0, 0, 0, 0, 0, 0), (3000, 3, 0, 0, 0, 0, NO_POOL, 0)]        # s2 is in no pool
+    rec = np.array(rows, dtype=RECORD_DTYPE)
+    pool = decode_pool(rec, t0_ns=1000, ports=ports)
+    assert pool.to_dict("list") == {"time_us": [0.0, 2.0], "switch": ["s1", "s1"], "bytes": [1580, 0]}
+    assert decode_pool(rec[:0], 0, ports).empty

@@ -375,7 +375,8 @@ class LinuxDataPlane(DataPlane):
         user space and takes CPU from packet processing (it can soften a collapse)."""
         ports = {p.ifindex: (p.switch, p.name) for p in self.ports}
         if not self.features.clock.bpf:     # no BPF events on ARCH=um; sampling is free there
-            return QdiscSampler(run_dir, world_inode, ports, host_of_ip, self.scenario.telemetry.interval)
+            return QdiscSampler(run_dir, world_inode, ports, host_of_ip, self.scenario.telemetry.interval,
+                                pooled=self.scenario.switch.pool is not None)
         args = (run_dir, world_inode, ports, self.scenario.switch.qos.dscp_table(),
                 self.features.qdisc_drop_reasons, host_of_ip)
         if recorder_binary() is not None:

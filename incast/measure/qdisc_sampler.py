@@ -14,6 +14,10 @@ sample can know:
                   the sample's time (so to within one interval);
   missing         per-packet fields: flow ("-"), pkt_len (0), sojourn_us (NaN); and any
                   excursion shorter than the interval.
+
+With a shared pool (switch.pool) it also gives the pool's occupancy over time
+(``pool.parquet``: time_us, switch, bytes; a row whenever a switch's pool changed at a
+sample), read from the plugs' statistics in the same dump as the queues.
 """
 from __future__ import annotations
 
@@ -30,7 +34,9 @@ from incast.constants import HOSTS_DIR
 
 SAMPLER = HOSTS_DIR / "qdisc_sampler.py"
 RECORD_DTYPE = np.dtype([("ts_ns", "<u8"), ("ifindex", "<u4"), ("queue", "<i4"), ("qlen", "<u4"),
-                         ("backlog", "<u4"), ("drops", "<u4"), ("pad", "<u4"), ("packets", "<u8")])
+                         ("backlog", "<u4"), ("drops", "<u4"), ("pool", "<u4"), ("packets", "<u8")])
+NO_POOL = 0xFFFFFFFF        # hosts/rtnl.py: the queue is in no pool
+POOL_COLUMNS = ["time_us", "switch", "bytes"]
 assert RECORD_DTYPE.itemsize == 40
 
 
@@ -68,13 +74,30 @@ def decode_samples(rec: np.ndarray, t0_ns: int, ports: dict[int, tuple[str, str]
     })
 
 
+def decode_pool(rec: np.ndarray, t0_ns: int, ports: dict[int, tuple[str, str]]) -> pd.DataFrame:
+    """Sampler records -> each switch's pool occupancy: a row per sample at which it
+    changed (its queues are read in one dump, at one instant of virtual time)."""
+    rec = rec[(rec["queue"] >= 0) & (rec["pool"] != NO_POOL)]
+    df = pd.DataFrame({"ts_ns": rec["ts_ns"].astype("int64"), "bytes": rec["pool"].astype("int64"),
+                       "switch": [ports.get(int(i), ("?", ""))[0] for i in rec["ifindex"]]})
+    if df.empty:
+        return pd.DataFrame({"time_us": pd.Series(dtype="float64"), "switch": pd.Series(dtype="category"),
+                             "bytes": pd.Series(dtype="int64")})
+    df = df.groupby(["switch", "ts_ns"], as_index=False)["bytes"].max().sort_values(["switch", "ts_ns"])
+    df = df[df.groupby("switch")["bytes"].diff().ne(0)]         # the first of each switch, then changes
+    out = pd.DataFrame({"time_us": (df["ts_ns"] - t0_ns) / 1000.0, "switch": df["switch"].astype("category"),
+                        "bytes": df["bytes"]})
+    return out.sort_values("time_us", kind="stable").reset_index(drop=True)[POOL_COLUMNS]
+
+
 class QdiscSampler(KernelQueueRecorder):
     """Samples the switch ports' queues every ``interval_us`` while a run goes on."""
 
     def __init__(self, run_dir: Path, netns_inode: int, ports: dict[int, tuple[str, str]],
-                 host_of_ip: dict[str, str], interval_us: float):
+                 host_of_ip: dict[str, str], interval_us: float, pooled: bool = False):
         super().__init__(run_dir, netns_inode, ports, host_of_ip)
         self.interval_us = interval_us
+        self.pooled = pooled        # switch.pool: the pools' occupancy too
         self.raw_path = self.run_dir / "telemetry.samples.bin"
 
     def start(self, timeout: float = 60.0) -> None:
@@ -116,4 +139,5 @@ class QdiscSampler(KernelQueueRecorder):
                  "that saw them, excursions shorter than the interval not seen"]
         if len(rec) != records:
             notes.append(f"telemetry: the sampler reported {records} records, the file holds {len(rec)}")
-        return TelemetryResult(table=decode_samples(rec, t0_ns, self.ports), lost=0, notes=notes)
+        return TelemetryResult(table=decode_samples(rec, t0_ns, self.ports), lost=0, notes=notes,
+                               pool=decode_pool(rec, t0_ns, self.ports) if self.pooled else None)

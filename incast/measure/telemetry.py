@@ -118,6 +118,7 @@ class TelemetryResult:
     table: pd.DataFrame
     lost: int
     notes: list[str] = field(default_factory=list)
+    pool: pd.DataFrame | None = None     # a shared pool's occupancy (time_us, switch, bytes), where recorded
 
 
 
@@ -140,7 +141,10 @@ class QueueTelemetry(Instrument):
 
     def stop(self) -> Readings:
         result = self.recorder.stop(self.bench.t0_ns)
-        return Readings(tables={"telemetry.parquet": result.table},
+        tables = {"telemetry.parquet": result.table}
+        if result.pool is not None:
+            tables["pool.parquet"] = result.pool
+        return Readings(tables=tables,
                         summary={"telemetry_notes": result.notes} if result.notes else {},
                         messages=list(result.notes), facts=Facts(telemetry_lost=result.lost))
 

@@ -180,7 +180,7 @@ def _summary(scenario, lab: labs.Lab, blocks, readings: Readings, tcp, auto_rate
              clock) -> dict:
     tables = readings.tables
     counters, queues = INSTRUMENTS["counters"].tables
-    telemetry, = INSTRUMENTS["telemetry"].tables
+    telemetry = INSTRUMENTS["telemetry"].tables[0]
     summary = summarize(blocks, tables[counters], tables[queues], tables.get(telemetry),
                         readings.facts.telemetry_lost, scenario.link.rate,
                         scenario.topology.senders, lab.bottleneck.name)
