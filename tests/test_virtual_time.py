@@ -190,13 +190,15 @@ def test_dctcp_with_marking_avoids_the_collapse_reno_suffers(tmp_path, no_leftov
     """Figure 1's 16 servers through 64 KiB: Reno (200 ms RTOmin) loses whole windows
     and waits out RTOs; DCTCP with K = 16 KiB neither drops nor times out (940.8 Mbit/s).
     With 16 flows DCTCP's floor of two segments each, not K, sets its queue (mean 36 KB).
-    A 20-block Reno run waits out from none to six RTOs (measured 117-363 Mbit/s, and
-    554 and 701 in runs that waited out none), so Reno is judged over three request
-    orders pooled: their bytes over their time."""
+    A 20-block Reno run waits out from none to six RTOs (measured 117-402 Mbit/s, and
+    554-833 in runs that waited out none), so Reno is judged over six request orders
+    pooled: their bytes over their time. (Over three, a draw of three runs that waited
+    out none, 832.6, 555.4 and 722.8 Mbit/s, once pooled above the bound: the claim is
+    about Reno's collapse, not one draw's.)"""
     args = [*ECN, "--senders", "16", "--block", "1MiB", "--blocks", "20", "--warmup", "3"]
     dctcp = run_json(*args, *MARK_16K, "--cc", "dctcp", "--out", tmp_path / "dctcp")
     renos = [run_json(*args, "--cc", "reno", "--seed", str(seed), "--out", tmp_path / f"reno{seed}")
-             for seed in range(3)]                  # the same buffer, no marking
+             for seed in range(6)]                  # the same buffer, no marking
     limit = dctcp["link_mbps"] * PAYLOAD_SHARE
     assert dctcp["goodput_mbps"] > 0.95 * limit and dctcp["timeouts"] == 0, dctcp
     assert dctcp["ecn_marks"] > 0 and dctcp["bottleneck_drops"] <= 5
