@@ -253,7 +253,11 @@ def test_the_verdict_beside_a_cpu_hog_follows_the_links(tmp_path, no_leftovers, 
     cpu_reasons = [r for r in f["reasons"] if r.startswith("a CPU saturated")]
     if nice:
         assert f["cpu_niced"] >= 0.3 and f["cpu_busy_max"] >= 0.9, runs     # the hog ran
-        assert not cpu_reasons, runs
+        if cpu_reasons:
+            # Saturated at normal priority: by other processes in every attempt (a
+            # busy machine, e.g. another suite's guests beside this one: a skip that
+            # says so), else by the niced hog, which must never count (a failure).
+            faithful_or_fail(summaries, "a run beside a niced CPU hog")
         if not f["ok"]:
             # The hog is not what flagged them (above). Where the hypervisor took the
             # CPUs in every attempt the machine decided the runs: a skip that says so.
