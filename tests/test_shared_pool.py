@@ -143,6 +143,18 @@ def test_the_linux_plane_admits_what_the_pool_rule_admits(guest_results, case):
     assert got["end"]["pool_used"] == 0 and got["end"]["pool_max"] == most
 
 
+# Eight servers into one port with a 128 KiB cap, in virtual time on the stock kernel.
+EIGHT_SERVERS = ["--clock", "virtual", "--kernel", "stock", "--link-rate", "1Gbit", "--buffer", "128KiB",
+                 "--sru", "64KiB", "--senders", "8", "--blocks", "5", "--warmup", "1", "--rto-min", "min"]
+
+
+def _needs_uml_stock():
+    from test_virtual_time import skip_reason
+    reason = skip_reason("uml-stock")
+    if reason:
+        pytest.skip(reason)
+
+
 def test_a_run_on_the_linux_plane_holds_its_busy_port_to_the_dynamic_threshold(tmp_path, no_leftovers):
     """Eight servers into one port with a 128 KiB cap: alone it fills past 64 KiB; with a
     64 KiB pool under alpha 1 the busy queue may hold about alpha/(1+alpha) of the pool,
@@ -151,15 +163,10 @@ def test_a_run_on_the_linux_plane_holds_its_busy_port_to_the_dynamic_threshold(t
     The pool's occupancy over time (pool.parquet, from the same samples) never passes
     the pool's own peak, reaches the busy queue's sampled peak, and ends empty."""
     import pandas as pd
-    from test_virtual_time import skip_reason
 
     from conftest import run_json
-    reason = skip_reason("uml-stock")
-    if reason:
-        pytest.skip(reason)
-    args = ["--clock", "virtual", "--kernel", "stock", "--link-rate", "1Gbit", "--buffer", "128KiB",
-            "--sru", "64KiB", "--senders", "8", "--blocks", "5", "--warmup", "1", "--rto-min", "min",
-            "--telemetry", "--set", "telemetry.interval=20us"]     # sampled: no BPF events in UML
+    _needs_uml_stock()
+    args = [*EIGHT_SERVERS, "--telemetry", "--set", "telemetry.interval=20us"]     # sampled: no BPF events in UML
     alone = run_json(*args, "--out", tmp_path / "alone")
     pooled = run_json(*args, "--set", "switch.pool.size=64KiB", "--out", tmp_path / "pooled")
     assert alone["max_queue_bytes"] > 64 * 1024, alone["max_queue_bytes"]
@@ -183,15 +190,9 @@ def test_pause_with_a_pool_on_the_linux_plane_is_lossless(tmp_path, no_leftovers
     pauses the servers before the dynamic threshold drops anything. (With XOFF from
     the 128 KiB cap, 64 KiB, the threshold held the queue near 32 KiB: no PAUSE was
     ever sent and 193 frames were dropped.)"""
-    from test_virtual_time import skip_reason
-
     from conftest import run_json
-    reason = skip_reason("uml-stock")
-    if reason:
-        pytest.skip(reason)
-    s = run_json("--clock", "virtual", "--kernel", "stock", "--link-rate", "1Gbit", "--buffer", "128KiB",
-                 "--sru", "64KiB", "--senders", "8", "--blocks", "5", "--warmup", "1", "--rto-min", "min",
-                 "--set", "switch.pool.size=64KiB", "--pause", "on", "--out", tmp_path / "paused")
+    _needs_uml_stock()
+    s = run_json(*EIGHT_SERVERS, "--set", "switch.pool.size=64KiB", "--pause", "on", "--out", tmp_path / "paused")
     assert s["pause_xoff_bytes"] == 32768 - 2 * 1514 * 8, s["pause_xoff_bytes"]
     assert s["pause_frames_sent"] > 0 and s["drops"] == 0 and s["bottleneck_drops"] == 0, s
     assert s["switch_pool_max_bytes"] <= 32768 and s["switch_pool_end_bytes"] == 0, s
