@@ -368,13 +368,15 @@ class Switch(_Model):
             raise ValueError("give exactly one of switch.buffer (bytes) and switch.buffer_packets")
         if self.pause.enabled and self.buffer is None:
             raise ValueError("switch.pause needs switch.buffer in bytes (its thresholds are bytes)")
-        if self.pause.xoff is not None and self.buffer is not None and self.pause.xoff >= self.buffer:
-            raise ValueError(f"switch.pause.xoff must be below the buffer ({self.buffer} B)")
-        if (self.pause.xoff is not None and self.buffer is not None and self.pool is not None
-                and self.pause.xoff >= self.held_bytes(self.buffer)):
-            raise ValueError(f"switch.pause.xoff must be below what the pool admits a lone busy queue "
-                             f"(alpha x size / (1 + alpha) = {self.held_bytes(self.buffer)} B): above it "
-                             "frames are dropped before any PAUSE is sent")
+        # One bound: what a lone busy queue holds, never above the buffer.
+        if self.pause.xoff is not None and self.buffer is not None:
+            held = self.held_bytes(self.buffer)
+            if self.pause.xoff >= held:
+                raise ValueError(
+                    f"switch.pause.xoff must be below the buffer ({self.buffer} B)" if held == self.buffer else
+                    f"switch.pause.xoff must be below what the pool admits a lone busy queue "
+                    f"(alpha x size / (1 + alpha) = {held} B): above it frames are dropped before any "
+                    "PAUSE is sent")
         if self.pause.xon is not None and self.pause.xoff is not None and self.pause.xon > self.pause.xoff:
             raise ValueError("switch.pause.xon must not be above switch.pause.xoff")
         if self.ecn is not None:
