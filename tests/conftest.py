@@ -143,12 +143,37 @@ def needs_uml(variant: str):
     return pytest.mark.skipif(reason is not None, reason=reason or "")
 
 
+def others_live(names: set[str]) -> set[str]:
+    """Of these namespaces and run state files, those of a run alive in a process that
+    is not this test session's: a second pytest session's or a user's experiment beside
+    it, not this test's to count or to clean. A run's owner is in its state file
+    (incast.machine.resources); this session's processes carry its INCAST_TEST_SESSION
+    (pytest's own environment, as /proc shows it, was read before conftest set it)."""
+    from incast.machine.resources import PREFIX, STATE_DIR, _is_alive, _start_time
+    mark = f"INCAST_TEST_SESSION={os.environ.get('INCAST_TEST_SESSION', '')}".encode()
+    theirs = set()
+    for name in names:
+        token = name[:len(PREFIX) + 8]
+        try:
+            state = json.loads((STATE_DIR / f"{token}.json").read_text())
+            owner = state["pid"]
+            if owner == os.getpid() or not _is_alive(owner) or _start_time(owner) != state["pid_start"]:
+                continue
+            if mark not in Path(f"/proc/{owner}/environ").read_bytes().split(b"\0"):
+                theirs.add(name)
+        except (OSError, ValueError, KeyError):
+            continue        # no owner on record, or it is gone: counted
+    return theirs
+
+
 @pytest.fixture
 def no_leftovers():
     """Fails the test if it leaves namespaces or run state behind; cleans them anyway."""
     before_ns, before_state = our_netns(), our_state()
     yield
     left_ns, left_state = our_netns() - before_ns, our_state() - before_state
+    left_ns -= others_live(left_ns)
+    left_state -= others_live(left_state)
     if left_ns or left_state:
         incast_cmd("cleanup")
     assert not left_ns, f"namespaces left behind: {sorted(left_ns)}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, incast_cmd, needs_root, our_netns, run_json
+from conftest import REPO, incast_cmd, needs_root, others_live, our_netns, run_json
 
 BAD_RUNS = [
     (["--senders", "0"], "topology.senders"),
@@ -90,10 +90,10 @@ def test_two_runs_started_at_once_both_complete(tmp_path, no_leftovers):
     assert not [p for p in (tmp_path / "results").iterdir() if p.name.startswith(".")]
 
 
-def start_endless_run(out, senders):
+def start_endless_run(out, senders, env=None):
     """A run that would go on for hours, returned once it says its network is built."""
     proc = subprocess.Popen([sys.executable, "-m", "incast", "run", "--senders", str(senders), "--blocks",
-                             "100000", "-v", "--out", str(out)], cwd=REPO,
+                             "100000", "-v", "--out", str(out)], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         if "network of" in line:
@@ -124,6 +124,28 @@ def test_sigkill_leaves_state_that_cleanup_removes(tmp_path):
         if Path(f"/proc/{p}").exists())
     summary = run_json("--senders", "2", "--blocks", "3", "--out", tmp_path / "after")
     assert summary["goodput_mbps"] > 0
+
+
+@needs_root
+def test_a_live_run_of_another_session_is_not_this_tests_leftover(tmp_path):
+    """A second test session (or a user's experiment) beside this one: its live run's
+    namespaces are not counted as this test's leftovers, nor cleaned; a run of this
+    session's is counted."""
+    before = our_netns()
+    procs = []
+    try:
+        procs.append(start_endless_run(tmp_path / "theirs", 2,
+                                       env={**os.environ, "INCAST_TEST_SESSION": "another-session"}))
+        theirs = our_netns() - before
+        procs.append(start_endless_run(tmp_path / "ours", 2))
+        ours = our_netns() - before - theirs
+        assert theirs and ours
+        assert others_live(theirs | ours) == theirs
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=60)
+    assert not (our_netns() - before)
 
 
 @needs_root
