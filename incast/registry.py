@@ -87,7 +87,8 @@ DATAPLANES: dict[str, DataPlaneEntry] = {
                            host_tx_checksum=True, telemetry_sampling=True, ecn=True, multi_switch=True,
                            max_ports=500,   # incast.p4's NPORTS, 510 is telemetry
                            tools="bmv2 and p4c (scripts/install-p4.sh)",
-                           code=("incast/dataplane/bmv2.py", *P4_CODE)),
+                           # bmv2.py and the modules beside it that only it uses (bmv2_*.py)
+                           code=("incast/dataplane/bmv2*.py", *P4_CODE)),
     "rtl": DataPlaneEntry("incast.dataplane.rtl", "RtlDataPlane", "rtl/src/incast_switch.sv in Verilator",
                           pause=True, pfc=True, pause_rx=True, shared_buffer=True, packet_buffers=False,
                           host_tx_checksum=True, telemetry_sampling=True, ecn=True,
