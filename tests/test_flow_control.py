@@ -206,6 +206,10 @@ def test_the_switch_is_told_each_crossing_and_reads_nothing_between(fast08_pause
     assert s["switch_pause_crossings_told"] >= 2 * blocks, s["switch_pause_crossings_told"]
     assert s["pause_frames"] >= blocks, s["pause_frames"]
     assert s["switch_pause_xoff_lag_us_max"] == 0, s["switch_pause_xoff_lag_us_max"]
+    # Each decision (the client's port crossing XOFF or XON, a refresh) tells the 8
+    # servers' ports at once, in one system call (Frames: sendmmsg), not one a frame.
+    sent = s["pause_frames_sent"] + s["xon_frames_sent"]
+    assert 0 < s["switch_pause_send_calls"] <= sent / 8, (s["switch_pause_send_calls"], sent)
     assert s["fidelity"]["ok"], s["fidelity"]["reasons"]
 
 

@@ -366,7 +366,9 @@ class LinuxDataPlane(DataPlane):
                 "switch_pause_woke_to_xoff": r["woke_to_xoff"],
                 # "told": the kernel told each XOFF/XON crossing as it happened (the UML
                 # kernels' plug watermarks), no read on a grid; "grid": read every interval.
-                "switch_pause_watch": r["watch"], "switch_pause_crossings_told": r["crossings_told"]}
+                "switch_pause_watch": r["watch"], "switch_pause_crossings_told": r["crossings_told"],
+                # System calls that sent the frames: one a decision, however many ports.
+                "switch_pause_send_calls": r["send_calls"]}
 
     def telemetry(self, run_dir, host_of_ip: dict[str, str], world_inode: int):
         """In virtual time (User-Mode Linux), the queues' statistics sampled every
