@@ -16,8 +16,17 @@ HOLD_PORT back to HOLD_RETURN_PORT, and a packet for a paused (port, class) goes
 it, paced at the link rate, until the pause ends, still counted in its port's buffer
 (so PAUSE spreads from switch to switch). What the paused port's egress queue already
 held still leaves. Hosts obey PAUSE through hosts/pause_agent.py (their kernel's plug,
-where it can obey PAUSE itself: incast/network/flow_control.py). Queues are
-configured over Thrift (simple_switch_CLI), not P4Runtime.
+where it can obey PAUSE itself: incast/network/flow_control.py).
+
+How a switch is programmed. Where simple_switch_grpc is on PATH (and the P4Runtime
+client library, finsy, is installed), each switch is a simple_switch_grpc started
+without a program; the plane connects to it as its P4Runtime controller
+(incast.dataplane.bmv2_runtime), pushes the pipeline and writes the tables' entries and
+default actions, the multicast groups and the clone sessions over P4Runtime, and reads
+the counters over P4Runtime. Its Thrift session (simple_switch_CLI) keeps what
+P4Runtime cannot do on bmv2: the queues' depth and rate, and register reads (the list,
+with why, is bmv2_runtime's). Without simple_switch_grpc, or with
+INCAST_BMV2_CONTROL=thrift, every command goes over Thrift as before.
 """
 from __future__ import annotations
 
@@ -39,6 +48,8 @@ from mininet.node import Switch
 
 from incast.constants import ETH_HLEN, WIRE_OVERHEAD
 from incast.dataplane import DataPlane, Port, port_rate, switch_ports
+from incast.dataplane import bmv2_runtime as p4rt
+from incast.dataplane.bmv2_runtime import Clone, Entry, Group
 from incast.dataplane.forwarding import flood_ports, next_hops
 from incast.errors import MissingFeature
 from incast.machine import netdev
@@ -69,6 +80,7 @@ SETTINGS_TABLES = ("IncastIngress.switch_config", "IncastEgress.egress_switch_co
 QUEUE_TABLES = ("IncastIngress.queue_config", "IncastEgress.egress_queue_config")
 PORT_TABLE = "IncastEgress.port_config"
 THRIFT_BASE_PORT = 9090
+P4INFO_NAME = "incast.p4info.txt"       # p4c's P4Info, beside the JSON (compile_program)
 # A packet that waits longer than this between arriving at bmv2 and entering its egress
 # queue is late: bmv2's input queue, not the P4 buffer, is holding traffic. A run in
 # which more than LATE_SHARE of the packets are late says so.
@@ -78,6 +90,17 @@ LATE_SHARE = 0.05
 
 def tool(name: str) -> str | None:
     return shutil.which(name)
+
+
+def runtime_missing() -> str | None:
+    """Why the switches are programmed over Thrift alone, or None: P4Runtime is used
+    where simple_switch_grpc is on PATH and the client library is installed, unless
+    INCAST_BMV2_CONTROL=thrift."""
+    if os.environ.get("INCAST_BMV2_CONTROL", "") == "thrift":
+        return "INCAST_BMV2_CONTROL=thrift"
+    if not tool("simple_switch_grpc"):
+        return "simple_switch_grpc is not on PATH"
+    return p4rt.missing()
 
 
 def tool_version(exe: str) -> tuple[str, str]:
@@ -134,7 +157,7 @@ def compile_program(program: Path = P4_SOURCE) -> Path:
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=BUILD_DIR))
     r = subprocess.run([p4c, "--std", "p4-16", "--arch", "v1model", "-o", str(tmp / "incast.json"),
-                        "--p4runtime-files", str(tmp / "incast.p4info.txt"), str(program)],
+                        "--p4runtime-files", str(tmp / P4INFO_NAME), str(program)],
                        capture_output=True, text=True)
     if r.returncode:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -159,7 +182,7 @@ class Bmv2Switch(Switch):
     ends of its hold loop (<name>-hold, <name>-holdr), where packets for a paused port
     wait."""
 
-    def __init__(self, name, json_path=None, device_id=0, log_dir=None, **params):
+    def __init__(self, name, json_path=None, device_id=0, log_dir=None, p4runtime=False, **params):
         Switch.__init__(self, name, **params)
         self.json_path = json_path
         self.device_id = device_id
@@ -167,6 +190,13 @@ class Bmv2Switch(Switch):
         self.log_dir = Path(log_dir) if log_dir else None
         self.proc = None
         self.session: CliSession | None = None
+        # P4Runtime: simple_switch_grpc, its server on a Unix socket named for the run
+        # and the switch (as its notification socket): no port to choose, and only
+        # root may connect. Each switch of a run has its own device id.
+        self.p4runtime = p4runtime
+        self.runtime: p4rt.Runtime | None = None
+        self.grpc_path = f"/run/incast/{os.environ.get('INCAST_RUN', 'incast')}-{name}.grpc"
+        self.grpc_address = f"unix:{self.grpc_path}"
         self.tel_intf = f"{name}-tel"
         self.collector_intf = f"{name}-telc"
         self.hold_intf = f"{name}-hold"
@@ -182,16 +212,20 @@ class Bmv2Switch(Switch):
         netdev.batch("ip", [f"link set dev {n} mtu {HOLD_MTU}" for n in (self.hold_intf, self.hold_return_intf)])
         netdev.set_up(links)
         netdev.offloads_off(links)
-        args = [tool("simple_switch"), "--device-id", str(self.device_id), "--thrift-port",
-                str(self.thrift_port), "--log-console", "-L", "info"]
+        args = [tool("simple_switch_grpc" if self.p4runtime else "simple_switch"), "--device-id",
+                str(self.device_id), "--thrift-port", str(self.thrift_port), "--log-console", "-L", "info"]
         for number, intf in sorted(ports):
             args += ["-i", f"{number}@{intf}"]
         # bmv2's nanomsg notification socket is a file: one per switch of this run.
         self.notify = f"/run/incast/{os.environ.get('INCAST_RUN', 'incast')}-{self.name}.notify"
         args += ["-i", f"{HOLD_PORT}@{self.hold_intf}", "-i", f"{HOLD_RETURN_PORT}@{self.hold_return_intf}",
-                 "-i", f"{TELEMETRY_PORT}@{self.tel_intf}", "--notifications-addr", f"ipc://{self.notify}",
-                 str(self.json_path),
-                 "--", "--priority-queues", str(PRIORITY_QUEUES)]
+                 "-i", f"{TELEMETRY_PORT}@{self.tel_intf}", "--notifications-addr", f"ipc://{self.notify}"]
+        if self.p4runtime:      # the program comes over P4Runtime
+            Path(self.grpc_path).unlink(missing_ok=True)
+            args += ["--no-p4", "--", "--grpc-server-addr", self.grpc_address]
+        else:
+            args += [str(self.json_path), "--"]
+        args += ["--priority-queues", str(PRIORITY_QUEUES)]
         log = open(self.log_dir / f"{self.name}.bmv2.log", "wb") if self.log_dir else subprocess.DEVNULL
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         ready = threading.Event()
@@ -207,9 +241,17 @@ class Bmv2Switch(Switch):
         threading.Thread(target=pump, daemon=True).start()
         if not ready.wait(60) or self.proc.poll() is not None:
             raise RuntimeError(f"simple_switch for {self.name} did not start (see {self.name}.bmv2.log)")
+        if self.p4runtime:
+            # Connected as the primary for the switch's whole life; the program first,
+            # before the Thrift session asks for the simple_switch service.
+            self.runtime = p4rt.Runtime(self.grpc_address, self.json_path.parent / P4INFO_NAME, self.json_path,
+                                        device_id=self.device_id, name=self.name).connect()
+            self.runtime.push_pipeline()
         self.session = serving_session(self.name, self.thrift_port, lambda: self.proc.poll() is None)
 
     def stop(self, deleteIntfs=True):
+        if self.runtime is not None:
+            self.runtime.close()        # its counts stay readable
         if self.session is not None:
             self.session.close()
             self.session = None
@@ -219,6 +261,8 @@ class Bmv2Switch(Switch):
         netdev.delete_link(self.tel_intf)
         netdev.delete_link(self.hold_intf)
         Path(getattr(self, "notify", "/nonexistent")).unlink(missing_ok=True)
+        if self.p4runtime:
+            Path(self.grpc_path).unlink(missing_ok=True)
         super().stop(deleteIntfs)
 
     def cli(self, commands: list[str]) -> str:
@@ -347,46 +391,96 @@ def queue_index(port: int, cls: int) -> int:
 
 
 @functools.cache
-def table_action(json_path: Path, table: str) -> str:
-    """The name bmv2 gives the one action of a table of the compiled program (its
-    Thrift commands name actions as its JSON does)."""
-    data = json.loads(Path(json_path).read_text())
-    for pipeline in data["pipelines"]:
+def _program_json(json_path: Path) -> dict:
+    return json.loads(Path(json_path).read_text())
+
+
+def _table(json_path: Path, table: str) -> dict:
+    for pipeline in _program_json(json_path)["pipelines"]:
         for t in pipeline["tables"]:
             if t["name"] == table:
-                if len(t["actions"]) != 1:
-                    raise LookupError(f"{table} has {len(t['actions'])} actions, not one")
-                return t["actions"][0]
+                return t
     raise LookupError(f"{Path(json_path).name} has no table {table}")
 
 
-def _action_args(action: str, params, settings: dict[str, int]) -> str:
-    """An action's parameters in its order, from settings by name (one not given: 0)."""
+@functools.cache
+def table_action(json_path: Path, table: str) -> str:
+    """The name bmv2 gives the one action of a table of the compiled program (its
+    Thrift commands name actions as its JSON does, and P4Runtime as its P4Info does:
+    p4c gives both the same name)."""
+    t = _table(json_path, table)
+    if len(t["actions"]) != 1:
+        raise LookupError(f"{table} has {len(t['actions'])} actions, not one")
+    return t["actions"][0]
+
+
+@functools.cache
+def table_key(json_path: Path, table: str) -> str:
+    """The name of the one match field of a table (the P4 expression it matches,
+    e.g. meta.qidx: the P4Info's name of the field too)."""
+    keys = [k["name"] for k in _table(json_path, table)["key"]]
+    if len(keys) != 1:
+        raise LookupError(f"{table} has {len(keys)} match fields, not one")
+    return keys[0]
+
+
+@functools.cache
+def action_param(json_path: Path, action: str) -> str:
+    """The name of the one parameter of an action."""
+    for a in _program_json(json_path)["actions"]:
+        if a["name"] == action:
+            if len(a["runtime_data"]) != 1:
+                raise LookupError(f"{action} has {len(a['runtime_data'])} parameters, not one")
+            return a["runtime_data"][0]["name"]
+    raise LookupError(f"{Path(json_path).name} has no action {action}")
+
+
+def _action_args(action: str, params, settings: dict[str, int]) -> dict[str, int]:
+    """An action's parameters by name in its order, from settings (one not given: 0)."""
     unknown = sorted(set(settings) - set(params))
     if unknown:
         raise ValueError(f"incast.p4's {action} has no setting {', '.join(unknown)} "
                          f"(it has {', '.join(params)})")
-    return " ".join(str(int(settings.get(name, 0))) for name in params)
+    return {name: int(settings.get(name, 0)) for name in params}
 
 
-def settings_commands(json_path: Path, settings: dict[str, int]) -> list[str]:
+def settings_entries(json_path: Path, settings: dict[str, int]) -> list[Entry]:
     """The switch's settings (by name; a setting not given is 0) as the default action
     of both its settings tables."""
     args = _action_args("configure", SETTINGS, settings)
-    return [f"table_set_default {t} {table_action(json_path, t)} {args}" for t in SETTINGS_TABLES]
+    return [Entry(t, table_action(json_path, t), args, default=True) for t in SETTINGS_TABLES]
 
 
-def queue_commands(json_path: Path, port: int, cls: int, **settings: int) -> list[str]:
+def settings_commands(json_path: Path, settings: dict[str, int]) -> list[str]:
+    return [e.cli() for e in settings_entries(json_path, settings)]
+
+
+def queue_entries(json_path: Path, port: int, cls: int, **settings: int) -> list[Entry]:
     """A (port, class) queue's settings (limit, xoff, xon: bytes; one not given is 0) as
     its entry in both queue tables."""
     args = _action_args("configure_queue", QUEUE_SETTINGS, settings)
-    return [f"table_add {t} {table_action(json_path, t)} {queue_index(port, cls)} => {args}"
+    return [Entry(t, table_action(json_path, t), args, match={table_key(json_path, t): queue_index(port, cls)})
             for t in QUEUE_TABLES]
 
 
-def port_mac_command(json_path: Path, port: int, mac: str) -> str:
+def queue_commands(json_path: Path, port: int, cls: int, **settings: int) -> list[str]:
+    return [e.cli() for e in queue_entries(json_path, port, cls, **settings)]
+
+
+def port_mac_entry(json_path: Path, port: int, mac: str) -> Entry:
     """The source address of the PAUSE and PFC frames port sends."""
-    return f"table_add {PORT_TABLE} {table_action(json_path, PORT_TABLE)} {port} => {mac_int(mac)}"
+    action = table_action(json_path, PORT_TABLE)
+    return Entry(PORT_TABLE, action, {action_param(json_path, action): mac_int(mac)},
+                 match={table_key(json_path, PORT_TABLE): port})
+
+
+def port_mac_command(json_path: Path, port: int, mac: str) -> str:
+    return port_mac_entry(json_path, port, mac).cli()
+
+
+def table_entry(json_path: Path, table: str, action: str, key, value) -> Entry:
+    """An entry of a table with one match field whose action has one parameter."""
+    return Entry(table, action, {action_param(json_path, action): value}, match={table_key(json_path, table): key})
 
 
 def link_pps(rate_bps: int, mtu: int) -> int:
@@ -428,6 +522,12 @@ class Bmv2DataPlane(DataPlane):
         self.json_path = compile_program()
         self.switches = []
         self.cli_script = ""
+        self.p4rt_script = ""
+        self.intended: dict[str, list] = {}     # switch -> its Entry, Group and Clone
+        # P4Runtime where the machine has it, and the compile its P4Info.
+        self.runtime_missing = runtime_missing()
+        if self.runtime_missing is None and not (self.json_path.parent / P4INFO_NAME).is_file():
+            self.runtime_missing = f"no {P4INFO_NAME} beside {self.json_path}"
 
     def switch_class(self):
         dp = self
@@ -436,12 +536,14 @@ class Bmv2DataPlane(DataPlane):
             def __init__(self, name, **params):
                 dp.switches.append(self)
                 super().__init__(name, json_path=dp.json_path, device_id=len(dp.switches) - 1,
-                                 log_dir=dp.log_dir, **params)
+                                 log_dir=dp.log_dir, p4runtime=dp.runtime_missing is None, **params)
         return _Switch
 
-    def commands(self, sw: Bmv2Switch, net, client: str, toward: dict[str, int], flood: set[int]) -> list[str]:
+    def commands(self, sw: Bmv2Switch, net, client: str, toward: dict[str, int], flood: set[int]) -> list:
         """The switch's control-plane commands; `toward` (host -> port) and `flood` (its
-        flood ports) are its share of dataplane.forwarding's tables."""
+        flood ports) are its share of dataplane.forwarding's tables. Each is a
+        simple_switch_CLI line (the queues: Thrift only) or an Entry, Group or Clone
+        (bmv2_runtime: written over P4Runtime, or rendered as CLI lines)."""
         s = self.scenario
         mtu = s.link.mtu
         limits = s.switch.class_limits(mtu)
@@ -464,7 +566,7 @@ class Bmv2DataPlane(DataPlane):
                 cmds.append(f"set_queue_depth {backstop} {p.number} {prio}")
                 cmds.append(f"set_queue_rate {pps} {p.number} {prio}")
                 xoff_xon = dict(zip(("xoff", "xon"), class_pause[c])) if pfc else {}
-                cmds += queue_commands(self.json_path, p.number, c, limit=limit, **xoff_xon)
+                cmds += queue_entries(self.json_path, p.number, c, limit=limit, **xoff_xon)
         # The hold loop: paced at four times the fastest port, so that after a pause,
         # when a held packet may leave only as the oldest of its queue and the others
         # go round again, the loop still delivers faster than the port sends; deep
@@ -475,18 +577,16 @@ class Bmv2DataPlane(DataPlane):
             cmds += [f"set_queue_depth 16384 {HOLD_PORT} {prio}", f"set_queue_rate {hold_pps} {HOLD_PORT} {prio}"]
         for h in net.hosts:
             if h.name in toward:
-                cmds.append(f"table_add IncastIngress.l2_forward IncastIngress.set_egress {h.MAC()} => "
-                            f"{toward[h.name]}")
-        ports = " ".join(map(str, numbers))
-        flood = " ".join(map(str, sorted(flood)))
+                cmds.append(table_entry(self.json_path, "IncastIngress.l2_forward", "IncastIngress.set_egress",
+                                        h.MAC(), toward[h.name]))
         # Group 1 floods (ARP) over the spanning tree; group 2 carries PAUSE and XON
         # frames to every port (hosts and trunks: switches pause each other).
-        cmds += ["mc_mgrp_create 1", f"mc_node_create 0 {flood}", "mc_node_associate 1 0",
-                 "mc_mgrp_create 2", f"mc_node_create 1 {ports}", "mc_node_associate 2 1",
-                 f"mirroring_add_mc {PAUSE_MC_SESSION} 2"]
+        cmds += [Group(1, tuple(sorted(flood)), rid=0, node=0), Group(2, tuple(numbers), rid=1, node=1),
+                 Clone(PAUSE_MC_SESSION, tuple(numbers), group=2)]
         for dscp, c in enumerate(s.switch.qos.dscp_table()):
             if c:
-                cmds.append(f"table_add IncastIngress.classify_dscp IncastIngress.set_class {dscp} => {c}")
+                cmds.append(table_entry(self.json_path, "IncastIngress.classify_dscp", "IncastIngress.set_class",
+                                        dscp, c))
         xoff, xon = s.switch.port_pause_thresholds(mtu, s.topology.senders)
         quanta = s.switch.pause.quanta
         pause_us = int(quanta * 512 / s.link.rate * 1e6)
@@ -501,10 +601,10 @@ class Bmv2DataPlane(DataPlane):
                # The shared buffer (0: none), alpha in sixteenths.
                "pool_bytes": s.switch.pool.size if s.switch.pool else 0,
                "pool_alpha16": round(s.switch.pool.alpha * 16) if s.switch.pool else 0}
-        cmds += settings_commands(self.json_path, cfg)
-        cmds.append(f"mirroring_add {TELEMETRY_SESSION} {TELEMETRY_PORT}")
+        cmds += settings_entries(self.json_path, cfg)
+        cmds.append(Clone(TELEMETRY_SESSION, (TELEMETRY_PORT,)))
         for p in host_ports:
-            cmds.append(port_mac_command(self.json_path, p.number, sw.intf(p.name).MAC()))
+            cmds.append(port_mac_entry(self.json_path, p.number, sw.intf(p.name).MAC()))
         return cmds
 
     def configure(self, net, topo) -> None:
@@ -517,16 +617,46 @@ class Bmv2DataPlane(DataPlane):
         scripts = []
         client = getattr(topo, "client", None)
         toward, flood = next_hops(self.ports, topo.hosts(sort=False)), flood_ports(self.ports)
+        written = []
         for sw in self.switches:
-            cmds = self.commands(sw, net, client, toward[sw.name], flood[sw.name])
+            items = self.commands(sw, net, client, toward[sw.name], flood[sw.name])
+            self.intended[sw.name] = [c for c in items if not isinstance(c, str)]
+            if sw.runtime is not None:
+                cmds = [c for c in items if isinstance(c, str)]
+                sw.runtime.write(self.intended[sw.name])
+                head = (f"# {sw.name} (thrift port {sw.thrift_port}): the queues; its tables, multicast groups "
+                        "and clone sessions went over P4Runtime (switch.p4rt.txt)")
+                written.append(f"# switch {sw.name}: P4Runtime {sw.grpc_address}, device id {sw.device_id}\n"
+                               + "\n".join(sw.runtime.written))
+            else:
+                cmds = [line for c in items for line in p4rt.cli_lines(c)]
+                head = f"# {sw.name} (thrift port {sw.thrift_port})"
             sw.cli(cmds)
-            scripts.append(f"# {sw.name} (thrift port {sw.thrift_port})\n" + "\n".join(cmds))
+            scripts.append(head + "\n" + "\n".join(cmds))
         self.cli_script = "\n".join(scripts) + "\n"
+        self.p4rt_script = "\n".join(written) + "\n" if written else ""
+        self._count_p4rt()
 
-    def _read(self, sw, names_idx: list[tuple[str, int]]) -> list[str]:
-        out = sw.cli([f"{'counter_read' if kind == 'c' else 'register_read'} {name} {i}"
-                      for kind, name, i in names_idx])
-        return [ln for ln in out.splitlines() if "=" in ln and "[" in ln]
+    def _read(self, sw, names_idx: list[tuple[str, str, int]]) -> list[tuple[int, int]]:
+        """(packets, bytes) of each counter ("c", name, index), (value, 0) of each
+        register ("r", name, index), in order: the counters over P4Runtime where the
+        switch has it (one Read), the registers (and without it the counters) over
+        its Thrift session."""
+        values = [None] * len(names_idx)
+        counters = [k for k, (kind, _, _) in enumerate(names_idx) if kind == "c" and sw.runtime is not None]
+        if counters:
+            got = sw.runtime.read_counters([names_idx[k][1:] for k in counters])
+            for k, v in zip(counters, got):
+                values[k] = v
+            self._count_p4rt()
+        thrift = [k for k in range(len(names_idx)) if values[k] is None]
+        if thrift:
+            out = sw.cli([f"{'counter_read' if names_idx[k][0] == 'c' else 'register_read'} "
+                          f"{names_idx[k][1]} {names_idx[k][2]}" for k in thrift])
+            lines = [ln for ln in out.splitlines() if "=" in ln and "[" in ln]
+            for k, line in zip(thrift, lines, strict=True):
+                values[k] = _parse_value(line)
+        return values
 
     def queue_counters(self) -> pd.DataFrame:
         limits = self.scenario.switch.class_limits(self.scenario.link.mtu)
@@ -539,8 +669,7 @@ class Bmv2DataPlane(DataPlane):
                     i = queue_index(p.number, c)
                     reads += [("c", "IncastEgress.tx", i), ("c", "IncastIngress.drops", i),
                               ("r", "occ_bytes", i), ("c", "IncastIngress.ecn_marks", i)]
-            lines = self._read(sw, reads)
-            values = [_parse_value(ln) for ln in lines]
+            values = self._read(sw, reads)
             k = 0
             for p in ports:
                 for c, limit in enumerate(limits):
@@ -554,7 +683,30 @@ class Bmv2DataPlane(DataPlane):
         return pd.DataFrame(rows)
 
     def artifacts(self) -> dict[str, str]:
-        return {"switch.cli": self.cli_script} if self.cli_script else {}
+        """switch.cli: the Thrift commands (all, or with P4Runtime the queues'); with
+        P4Runtime, switch.p4rt.txt: each switch's WriteRequests in protobuf text format
+        (ids annotated with their P4Info names)."""
+        out = {"switch.cli": self.cli_script} if self.cli_script else {}
+        if self.p4rt_script:
+            out["switch.p4rt.txt"] = self.p4rt_script
+        return out
+
+    def _count_p4rt(self) -> None:
+        """The P4Runtime messages the run has sent so far, by kind, in all and per
+        switch: the run's switch.p4rt-messages.json, written again after each batch
+        (a run's switches are not stopped one by one but ended with its namespace, so
+        the last batch's is the run's count)."""
+        switches = {sw.name: sw.runtime.counts() for sw in self.switches if sw.runtime is not None}
+        if not switches or self.log_dir is None:
+            return
+        total = {}
+        for counts in switches.values():
+            for part, kinds in counts.items():
+                for kind, n in kinds.items():
+                    total.setdefault(part, {}).setdefault(kind, 0)
+                    total[part][kind] += n
+        (Path(self.log_dir) / "switch.p4rt-messages.json").write_text(json.dumps(
+            {"total": total, "switches": switches}, indent=2, sort_keys=True) + "\n")
 
     def pause_counters(self) -> dict:
         """PAUSE activity of the switches: XOFF events (each pauses every other host
@@ -567,8 +719,8 @@ class Bmv2DataPlane(DataPlane):
         for sw in self.switches:
             numbers = [p.number for p in self.ports if p.switch == sw.name]
             reads = [("c", n, i) for n in names for i in numbers]
-            for (_, name, _), line in zip(reads, self._read(sw, reads)):
-                out[names[name]] += _parse_value(line)[0]
+            for (_, name, _), value in zip(reads, self._read(sw, reads)):
+                out[names[name]] += value[0]
         ports = self.pause_ports
         if ports is not None and len(ports):     # what the switches obeyed (stop_flow_control)
             out.update({"switch_pause_frames_received": int(ports["pause_received"].sum()),
@@ -599,7 +751,7 @@ class Bmv2DataPlane(DataPlane):
                     reads += [("r", "rx_held_us", q), ("r", "rx_mark", q), ("r", "rx_until", q),
                               ("c", "IncastIngress.held", q), ("c", "IncastEgress.sent_while_paused", q),
                               ("r", "hold_head", q), ("r", "hold_tail", q)]
-            values = iter(v for v, _ in map(_parse_value, self._read(sw, reads)))
+            values = iter(v for v, _ in self._read(sw, reads))
             for p in ports:
                 row = {"switch": sw.name, "port": p.name, "peer": p.peer, "pause_sent": next(values),
                        "xon_sent": next(values), "pause_received": next(values), "xon_received": next(values)}
@@ -626,7 +778,7 @@ class Bmv2DataPlane(DataPlane):
                  for name in ("hold_head", "hold_tail")]
         deadline = time.monotonic() + 2 * s.switch.pause.quanta * 512 / s.link.rate + 0.05
         while True:
-            values = [v for v, _ in map(_parse_value, self._read(sw, reads))]
+            values = [v for v, _ in self._read(sw, reads)]
             if values[0::2] == values[1::2] or time.monotonic() > deadline:
                 return
             time.sleep(0.005)
@@ -639,14 +791,13 @@ class Bmv2DataPlane(DataPlane):
         between ingress and egress was lost, which would leak buffer for good)."""
         out = {"switch_ingress_wait_max_us": 0, "switch_ingress_late_packets": 0, "switch_buffer_end_bytes": 0}
         for sw in self.switches:
-            (wait, _), (late, _) = map(_parse_value, self._read(
-                sw, [("r", "IncastEgress.ingress_wait_max_us", 0), ("c", "IncastEgress.ingress_late", 0)]))
+            (wait, _), (late, _) = self._read(
+                sw, [("r", "IncastEgress.ingress_wait_max_us", 0), ("c", "IncastEgress.ingress_late", 0)])
             out["switch_ingress_wait_max_us"] = max(out["switch_ingress_wait_max_us"], wait)
             out["switch_ingress_late_packets"] += late
             out["switch_buffer_end_bytes"] += self._buffer_once_drained(sw)
             if self.scenario.switch.pool is not None:
-                (most, _), (left, _) = map(_parse_value, self._read(
-                    sw, [("r", "pool_max_bytes", 0), ("r", "pool_used", 0)]))
+                (most, _), (left, _) = self._read(sw, [("r", "pool_max_bytes", 0), ("r", "pool_used", 0)])
                 out["switch_pool_max_bytes"] = max(out.get("switch_pool_max_bytes", 0), most)
                 out["switch_pool_end_bytes"] = out.get("switch_pool_end_bytes", 0) + left
         warnings = []
@@ -680,7 +831,7 @@ class Bmv2DataPlane(DataPlane):
         slowest = min(port_rate(p, s) for p in ports)
         deadline = time.monotonic() + 2 * room * 8 / slowest + 0.05
         while True:
-            held = sum(v for v, _ in map(_parse_value, self._read(sw, reads)))
+            held = sum(v for v, _ in self._read(sw, reads))
             if held == 0 or time.monotonic() > deadline:
                 return held
             time.sleep(0.005)

@@ -51,7 +51,7 @@ else:
 
 ELECTION_ID = 10            # ours: a reader that is not the controller bids lower
 CONNECT_TIMEOUT_S = 30.0
-RPC_TIMEOUT_S = 60.0
+RPC_TIMEOUT_S = 120.0      # as the Thrift CLI session waits (bmv2.CliSession)
 
 
 def missing() -> str | None:
@@ -247,14 +247,19 @@ class Runtime:
 
     async def _drain_stream(self):
         """Read what the switch sends on the stream (arbitration updates, errors) for
-        as long as it is open: an unread stream would fill."""
+        as long as it is open: an unread stream would fill. When it ends the switch is
+        gone (a run ends its switches with its namespace, not one by one): the channel
+        is closed then, so that none is left retrying."""
+        client = self.client
         try:
             while True:
-                msg = await self.client.receive()
+                msg = await client.receive()
                 if msg.WhichOneof("update") == "error":
                     self.stream_errors.append(pbutil.to_text(msg))
-        except (asyncio.CancelledError, Exception):
+        except asyncio.CancelledError:
             return
+        except Exception:   # noqa: BLE001  the stream broke: the switch is gone
+            await client.close()
 
     def _election(self):
         return p4r.Uint128(high=0, low=self.election_id)
