@@ -1,0 +1,228 @@
+"""The bmv2 plane over P4Runtime (incast.dataplane.bmv2_runtime): where
+simple_switch_grpc is on PATH, a run's switches get their program, table entries,
+default actions, multicast groups and clone sessions over P4Runtime, and their counters
+are read over it; a second client that is not the controller can read them during the
+run and is refused writes. Skipped, saying why, where bmv2, p4c, simple_switch_grpc or
+the client library (finsy) is missing. The rendering of the plane's commands as
+simple_switch_CLI lines (the Thrift path) needs none of them but a compiled program."""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, needs_root
+
+bmv2 = pytest.importorskip("incast.dataplane.bmv2")
+p4rt = bmv2.p4rt
+from incast.machine.probe import MissingFeature  # noqa: E402
+
+pytestmark = [pytest.mark.p4]
+
+
+@pytest.fixture(scope="module")
+def json_path():
+    try:
+        bmv2.bmv2_version()
+        return bmv2.compile_program()
+    except MissingFeature as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def runtime_present(json_path):
+    reason = bmv2.runtime_missing()
+    if reason:
+        pytest.skip(f"P4Runtime is not used here: {reason}")
+    return json_path
+
+
+def test_commands_render_as_the_thrift_commands_they_replace(json_path):
+    """Without P4Runtime the plane sends the same simple_switch_CLI lines as before
+    the commands became Entry, Group and Clone."""
+    k = bmv2.queue_index(3, 2)
+    assert bmv2.queue_commands(json_path, 3, 2, limit=5, xoff=3) == [
+        f"table_add IncastIngress.queue_config configure_queue {k} => 5 3 0",
+        f"table_add IncastEgress.egress_queue_config configure_queue {k} => 5 3 0"]
+    assert bmv2.port_mac_command(json_path, 3, "02:00:00:00:00:0a") == \
+        f"table_add IncastEgress.port_config IncastEgress.set_port_mac 3 => {0x02000000000a}"
+    settings = bmv2.settings_commands(json_path, {"switch_id": 4})
+    assert settings[0] == ("table_set_default IncastIngress.switch_config configure 4 "
+                           + " ".join(["0"] * (len(bmv2.SETTINGS) - 1)))
+    l2 = bmv2.table_entry(json_path, "IncastIngress.l2_forward", "IncastIngress.set_egress", "02:00:00:00:00:0a", 4)
+    assert l2.cli() == "table_add IncastIngress.l2_forward IncastIngress.set_egress 02:00:00:00:00:0a => 4"
+    items = [p4rt.Group(1, (1, 2, 3), rid=0, node=0), p4rt.Group(2, (1, 2, 3, 4), rid=1, node=1),
+             p4rt.Clone(bmv2.PAUSE_MC_SESSION, (1, 2, 3, 4), group=2), p4rt.Clone(bmv2.TELEMETRY_SESSION, (510,))]
+    assert [line for i in items for line in p4rt.cli_lines(i)] == [
+        "mc_mgrp_create 1", "mc_node_create 0 1 2 3", "mc_node_associate 1 0",
+        "mc_mgrp_create 2", "mc_node_create 1 1 2 3 4", "mc_node_associate 2 1",
+        f"mirroring_add_mc {bmv2.PAUSE_MC_SESSION} 2", f"mirroring_add {bmv2.TELEMETRY_SESSION} 510"]
+
+
+class GrpcSwitch:
+    """simple_switch_grpc without a program on one veth port in a scratch namespace,
+    its P4Runtime server on a Unix socket."""
+
+    def __init__(self, tmp_path, device_id=3):
+        self.ns = f"p4rttest-{uuid.uuid4().hex[:8]}"
+        self.device_id = device_id
+        subprocess.run(["ip", "netns", "add", self.ns], check=True)
+        subprocess.run(["ip", "-n", self.ns, "-batch", "-"], text=True, check=True,
+                       input="link set lo up\nlink add s1 type veth peer name h1\nlink set s1 up\nlink set h1 up\n")
+        self.path = tmp_path / "s.grpc"
+        self.address = f"unix:{self.path}"
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns, bmv2.tool("simple_switch_grpc"), "--device-id", str(device_id),
+             "--thrift-port", "9090", "--log-console", "-L", "info", "-i", "1@s1",
+             "--notifications-addr", f"ipc://{tmp_path}/notify", "--no-p4", "--",
+             "--grpc-server-addr", self.address, "--priority-queues", "8"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        ready = threading.Event()
+        self.log = []
+
+        def pump():
+            for line in self.proc.stdout:
+                self.log.append(line)
+                if b"Thrift server was started" in line:
+                    ready.set()
+            ready.set()
+        threading.Thread(target=pump, daemon=True).start()
+        assert ready.wait(60) and self.proc.poll() is None, b"".join(self.log).decode()
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+        subprocess.run(["ip", "netns", "del", self.ns])
+
+
+@needs_root
+def test_a_client_programs_a_switch_by_name(runtime_present, tmp_path):
+    """The plane's own entries, groups and sessions, written by name, read back the
+    same; a whole counter array in one Read; a reader with a lower election id reads
+    and is refused writes; registers are not readable over P4Runtime (why they stay
+    on Thrift)."""
+    json_path = runtime_present
+    sw = GrpcSwitch(tmp_path)
+    ours = reader = None
+    try:
+        ours = p4rt.Runtime(sw.address, json_path.parent / bmv2.P4INFO_NAME, json_path,
+                            device_id=sw.device_id, name="s1").connect()
+        ours.push_pipeline()
+        items = (bmv2.settings_entries(json_path, {"switch_id": 3, "xoff": 20000, "xon": 10000})
+                 + bmv2.queue_entries(json_path, 1, 0, limit=32768)
+                 + [bmv2.port_mac_entry(json_path, 1, "02:00:00:00:ff:01"),
+                    bmv2.table_entry(json_path, "IncastIngress.l2_forward", "IncastIngress.set_egress",
+                                     "02:00:00:00:00:01", 1),
+                    bmv2.table_entry(json_path, "IncastIngress.classify_dscp", "IncastIngress.set_class", 8, 1),
+                    p4rt.Group(1, (1,), rid=0), p4rt.Group(2, (1,), rid=1, node=1),
+                    p4rt.Clone(bmv2.PAUSE_MC_SESSION, (1,), group=2), p4rt.Clone(bmv2.TELEMETRY_SESSION, (510,))])
+        ours.write(items)
+        assert ours.counts()["messages"] == {"StreamMessageRequest.arbitration": 1, "CapabilitiesRequest": 1,
+                                             "SetForwardingPipelineConfigRequest": 1, "WriteRequest": 1}
+        # What was written is what switch.p4rt.txt keeps, and reads back from it.
+        assert [x.same() for x in ours.parse_writes("\n".join(ours.written))] == [x.same() for x in items]
+        check_readback(ours, items)
+
+        reader = p4rt.Runtime(sw.address, json_path.parent / bmv2.P4INFO_NAME, device_id=sw.device_id,
+                              election_id=1, primary=False, name="reader").connect()
+        check_readback(reader, items)
+        cells = reader.read_counters([("IncastEgress.tx", None)])
+        assert len(cells) == 4096 and cells == [(0, 0)] * 4096
+        assert reader.counts()["messages"]["ReadRequest"] == 3
+        with pytest.raises(p4rt.P4RuntimeFailed, match="PERMISSION_DENIED"):
+            reader.write([bmv2.table_entry(json_path, "IncastIngress.classify_dscp", "IncastIngress.set_class",
+                                           16, 2)])
+        with pytest.raises(p4rt.P4RuntimeFailed, match="[Rr]egister"):
+            reader._read([p4rt.finsy.P4RegisterEntry("occ_bytes", index=8)])
+    finally:
+        for client in (reader, ours):
+            if client is not None:
+                client.close()
+        sw.close()
+
+
+def check_readback(client, items):
+    """The switch's tables, multicast groups and clone sessions are items: every entry
+    and default action written, and no entry else."""
+    tables = client.read_tables()
+    written = [x for x in items if isinstance(x, p4rt.Entry)]
+    assert sorted(x.same() for x in tables if not x.default) == sorted(x.same() for x in written if not x.default)
+    defaults = {x.table: x.same() for x in tables if x.default}
+    for x in written:
+        if x.default:
+            assert defaults[x.table] == x.same(), x
+    replication = [x for x in items if not isinstance(x, p4rt.Entry)]
+    assert sorted(x.same() for x in client.read_replication()) == sorted(x.same() for x in replication)
+
+
+def _state_of(pid: int, deadline: float) -> str:
+    """The token of the run whose process is pid (its state file in /run/incast)."""
+    while time.monotonic() < deadline:
+        for f in Path("/run/incast").glob("incast-*.json"):
+            try:
+                if json.loads(f.read_text())["pid"] == pid:
+                    return f.stem
+            except (OSError, ValueError, KeyError):
+                continue
+        time.sleep(0.1)
+    raise AssertionError(f"no run state for pid {pid}")
+
+
+@needs_root
+@pytest.mark.network
+def test_a_run_is_programmed_over_p4runtime(runtime_present, tmp_path, no_leftovers):
+    """incast run --switch bmv2 programs its switch over P4Runtime: during the run a
+    second client (no arbitration, a lower election id) reads back from the switch
+    exactly the entries, default actions, groups and sessions switch.p4rt.txt says the
+    plane wrote, and sees the client port's counter grow; the run counts the messages
+    it sent, by kind."""
+    json_path = runtime_present
+    out = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "incast", "run", "--switch", "bmv2", "--senders", "4",
+                             "--link-rate", "10Mbit", "--buffer", "32KiB", "--sru", "8KiB", "--blocks", "60",
+                             "--warmup", "2", "--json", "--out", str(out)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reader = None
+    try:
+        deadline = time.monotonic() + 300
+        token = _state_of(proc.pid, deadline)
+        written = tmp_path / ".r.incomplete" / "switch.p4rt.txt"
+        while not written.is_file():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        time.sleep(0.2)         # written whole (switch.cli and it are written at once)
+        reader = p4rt.Runtime(f"unix:/run/incast/{token}-s1.grpc", json_path.parent / bmv2.P4INFO_NAME,
+                              device_id=0, election_id=1, primary=False, name="reader").connect()
+        check_readback(reader, reader.parse_writes(written.read_text()))
+        # The switch's ports send while the blocks run: its tx counters grow.
+        first = sum(b for _, b in reader.read_counters([("IncastEgress.tx", None)]))
+        grown = first
+        while grown == first and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            grown = sum(b for _, b in reader.read_counters([("IncastEgress.tx", None)]))
+        assert grown > first, (first, grown)
+        with pytest.raises(p4rt.P4RuntimeFailed, match="PERMISSION_DENIED"):
+            reader.write([bmv2.table_entry(json_path, "IncastIngress.classify_dscp", "IncastIngress.set_class",
+                                           63, 1)])
+    finally:
+        if reader is not None:
+            reader.close()
+        stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-2000:]
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["goodput_mbps"] > 0, summary
+    run = Path(summary["run_dir"])
+    assert "went over P4Runtime" in (run / "switch.cli").read_text()
+    counts = json.loads((run / "switch.p4rt-messages.json").read_text())
+    total = counts["total"]
+    assert total["messages"]["SetForwardingPipelineConfigRequest"] == 1
+    assert total["messages"]["WriteRequest"] == 1
+    assert total["messages"]["ReadRequest"] >= 2            # queue counters before and after each block set
+    assert total["updates"]["table_entry (default action)"] == 2
+    assert total["updates"]["multicast_group_entry"] == 2 and total["updates"]["clone_session_entry"] == 2
+    print(json.dumps(total, sort_keys=True))
