@@ -183,7 +183,8 @@ def no_leftovers():
 # The processes a run starts outside its namespaces' lifetime: a switch model each
 # (bmv2, the RTL harness) and a UML guest's host processes (the kernel binary is
 # named "linux"). One left running competes with every later real-time run.
-RUN_PROCESSES = ("simple_switch", "incast_switch_s", "linux")     # comm: 15 characters
+# simple_switch_grpc is "simple_switch_g" (the bmv2 plane over P4Runtime).
+RUN_PROCESSES = ("simple_switch", "simple_switch_g", "incast_switch_s", "linux")     # comm: 15 characters
 
 
 def run_processes() -> dict[int, str]:
