@@ -38,16 +38,25 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-try:
-    import finsy
-    from finsy import pbutil
-    from finsy.p4schema import P4RuntimeVersion
-    from finsy.proto import p4r
-except ImportError as _e:        # the plane then runs over Thrift alone
-    finsy = None
-    IMPORT_ERROR: str | None = f"{_e}"
-else:
-    IMPORT_ERROR = None
+# finsy, imported at first use (_load): with grpc and protobuf it costs a tenth of a
+# second, which every `incast` command would otherwise pay (the labs import this plane).
+finsy = pbutil = P4RuntimeVersion = p4r = None
+IMPORT_ERROR: str | None = None
+
+
+def _load() -> None:
+    global finsy, pbutil, P4RuntimeVersion, p4r, IMPORT_ERROR
+    if finsy is not None or IMPORT_ERROR is not None:
+        return
+    try:
+        import finsy as lib                 # late: with grpc 0.1 s; only P4Runtime needs it
+        from finsy import pbutil as lib_pbutil                      # late: as finsy
+        from finsy.p4schema import P4RuntimeVersion as lib_version  # late: as finsy
+        from finsy.proto import p4r as lib_p4r                      # late: as finsy
+    except ImportError as e:        # the plane then runs over Thrift alone
+        IMPORT_ERROR = f"{e}"
+        return
+    finsy, pbutil, P4RuntimeVersion, p4r = lib, lib_pbutil, lib_version, lib_p4r
 
 ELECTION_ID = 10            # ours: a reader that is not the controller bids lower
 CONNECT_TIMEOUT_S = 30.0
@@ -56,6 +65,7 @@ RPC_TIMEOUT_S = 120.0      # as the Thrift CLI session waits (bmv2.CliSession)
 
 def missing() -> str | None:
     """Why this machine cannot program a switch over P4Runtime, or None."""
+    _load()
     if finsy is None:
         return f"the P4Runtime client library finsy is not installed ({IMPORT_ERROR})"
     return None
@@ -83,6 +93,7 @@ class Entry:
         return f"table_add {self.table} {self.action} {keys} => {args}".rstrip()
 
     def entity(self):
+        _load()
         action = finsy.P4TableAction(self.action, **{k: _int(v) for k, v in self.params.items()})
         if self.default:
             return ~finsy.P4TableEntry(self.table, action=action, is_default_action=True)
@@ -122,6 +133,7 @@ class Group:
                 f"mc_node_associate {self.group} {self.node}"]
 
     def entity(self):
+        _load()
         return +finsy.P4MulticastGroupEntry(self.group, replicas=[(p, self.rid) for p in self.ports])
 
 
@@ -144,6 +156,7 @@ class Clone:
         return [f"mirroring_add {self.session} {self.ports[0]}"]
 
     def entity(self):
+        _load()
         return +finsy.P4CloneSessionEntry(self.session, replicas=[(p, 0) for p in self.ports])
 
 
