@@ -243,3 +243,20 @@ def check_runner(pytestconfig):
     from incast.campaign import check
     from incast.run import points
     return check.sweep_runner(store=points.Store(pytestconfig._incast_check_points))
+
+
+def switch_output(proc) -> list[bytes]:
+    """bmv2's output lines (read on, so the switch never blocks on a full pipe), once it
+    says its Thrift server started; fails with its last lines if it ends first."""
+    import threading
+    ready, log = threading.Event(), []
+
+    def pump():
+        for line in proc.stdout:
+            log.append(line)
+            if b"Thrift server was started" in line:
+                ready.set()
+        ready.set()
+    threading.Thread(target=pump, daemon=True).start()
+    assert ready.wait(60) and proc.poll() is None, b"".join(log[-20:]).decode()
+    return log

@@ -9,14 +9,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, needs_root
+from conftest import REPO, needs_root, switch_output
 
 bmv2 = pytest.importorskip("incast.dataplane.bmv2")
 p4rt = bmv2.p4rt
@@ -82,17 +81,7 @@ class GrpcSwitch:
              "--notifications-addr", f"ipc://{tmp_path}/notify", "--no-p4", "--",
              "--grpc-server-addr", self.address, "--priority-queues", "8"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        ready = threading.Event()
-        self.log = []
-
-        def pump():
-            for line in self.proc.stdout:
-                self.log.append(line)
-                if b"Thrift server was started" in line:
-                    ready.set()
-            ready.set()
-        threading.Thread(target=pump, daemon=True).start()
-        assert ready.wait(60) and self.proc.poll() is None, b"".join(self.log).decode()
+        self.log = switch_output(self.proc)
 
     def close(self):
         self.proc.kill()

@@ -15,14 +15,13 @@ import concurrent.futures
 import os
 import socket
 import subprocess
-import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import needs_root
+from conftest import needs_root, switch_output
 from frame_checks import check_ecn_marks
 from pool_cases import CASES as POOL_CASES
 from pool_cases import admitted as pool_admitted
@@ -69,17 +68,7 @@ class Rig:
         args += ["-i", "510@s510", "--notifications-addr", f"ipc://{self.notify}", str(json_path),
                  "--", "--priority-queues", "8"]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        ready = threading.Event()
-        self.log = []
-
-        def pump():
-            for line in self.proc.stdout:
-                self.log.append(line)
-                if b"Thrift server was started" in line:
-                    ready.set()
-            ready.set()
-        threading.Thread(target=pump, daemon=True).start()
-        assert ready.wait(60) and self.proc.poll() is None, b"".join(self.log[-20:]).decode()
+        self.log = switch_output(self.proc)
         self._until_serving()
         self.socks = {n: self.pool.submit(self._open, f"h{n}").result() for n in list(range(1, NPORTS + 1)) + [510]}
         self.base_config()
