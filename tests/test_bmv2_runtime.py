@@ -20,6 +20,7 @@ from conftest import REPO, needs_root, switch_output
 bmv2 = pytest.importorskip("incast.dataplane.bmv2")
 p4rt = bmv2.p4rt
 from incast.machine.probe import MissingFeature  # noqa: E402
+from incast.p4 import program as p4program  # noqa: E402
 
 pytestmark = [pytest.mark.p4]
 
@@ -121,7 +122,9 @@ def test_a_client_programs_a_switch_by_name(runtime_present, tmp_path):
                               election_id=1, primary=False, name="reader").connect()
         check_readback(reader, items)
         cells = reader.read_counters([("IncastEgress.tx", None)])
-        assert len(cells) == 4096 and cells == [(0, 0)] * 4096
+        # The whole array (one cell a (port, class) queue), untouched yet, in one Read.
+        queues = p4program.constants()["NQUEUES"]
+        assert len(cells) == queues and cells == [(0, 0)] * queues
         assert reader.counts()["messages"]["ReadRequest"] == 3
         with pytest.raises(p4rt.P4RuntimeFailed, match="PERMISSION_DENIED"):
             reader.write([bmv2.table_entry(json_path, "IncastIngress.classify_dscp", "IncastIngress.set_class",

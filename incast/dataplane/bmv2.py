@@ -469,9 +469,7 @@ def queue_commands(json_path: Path, port: int, cls: int, **settings: int) -> lis
 
 def port_mac_entry(json_path: Path, port: int, mac: str) -> Entry:
     """The source address of the PAUSE and PFC frames port sends."""
-    action = table_action(json_path, PORT_TABLE)
-    return Entry(PORT_TABLE, action, {action_param(json_path, action): mac_int(mac)},
-                 match={table_key(json_path, PORT_TABLE): port})
+    return table_entry(json_path, PORT_TABLE, table_action(json_path, PORT_TABLE), port, mac_int(mac))
 
 
 def port_mac_command(json_path: Path, port: int, mac: str) -> str:
