@@ -210,20 +210,28 @@ def test_a_run_above_the_faithful_rate_is_flagged(tmp_path, no_leftovers):
 def test_one_sender_at_the_calibrated_rate_reaches_93_percent(tmp_path, no_leftovers):
     from incast.run.calibrate import ONE_SENDER_BLOCK_MS
     sru = faithful_rate_bps(1) * ONE_SENDER_BLOCK_MS // 8000     # reads as long as calibration's
-    runs = []
-    for attempt in range(3):        # a run the machine stalled is flagged; measure again
+    # Judged as calibration judges a rate: it fails only if it fails twice (one run the
+    # machine slowed without the monitor noticing must not decide it). A run the machine
+    # stalled is flagged and does not count; measure again.
+    runs, short = [], []
+    for attempt in range(5):
         s = run_json("--senders", "1", "--link-rate", "auto", "--sru", sru, "--blocks", "8", "--cc", "reno",
                      "--buffer", "64KiB", "--out", tmp_path / f"run{attempt}")
         runs.append(s)
-        if s["fidelity"]["ok"]:
+        assert s["link_rate_auto"] is True
+        assert s["link_mbps"] * 1e6 == faithful_rate_bps(1)
+        if not s["fidelity"]["ok"]:
+            continue
+        # 1448 payload bytes in 1538 on the wire: 94.1% is the ceiling.
+        if s["goodput_mbps"] >= 0.93 * s["link_mbps"]:
+            return
+        short.append(s)
+        if len(short) == 2:
             break
-    else:
-        faithful_or_fail(runs, "one sender at the calibrated rate")
-    runs = [(r["goodput_mbps"], r["fidelity"]["reasons"]) for r in runs]
-    assert s["link_rate_auto"] is True
-    assert s["link_mbps"] * 1e6 == faithful_rate_bps(1)
-    # 1448 payload bytes in 1538 on the wire: 94.1% is the ceiling.
-    assert s["goodput_mbps"] >= 0.93 * s["link_mbps"], runs
+    if len(short) < 2:     # undecided: the others were not faithful
+        faithful_or_fail([r for r in runs if not r["fidelity"]["ok"]], "one sender at the calibrated rate")
+    pytest.fail("one sender at the calibrated rate, faithful runs below 93% of the link: "
+                f"{[(r['goodput_mbps'], r['fidelity']['reasons']) for r in runs]}")
 
 
 @needs_root
