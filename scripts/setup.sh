@@ -11,15 +11,21 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${INCAST_VENV:-/opt/incast/venv}
 with_p4=0
+p4_src=
 with_kernels=1
 with_synth=0
-for arg in "$@"; do
-  case "$arg" in
-    --p4) with_p4=1 ;;   # also p4c and bmv2 (scripts/install-p4.sh)
+usage="usage: setup.sh [--p4] [--p4-src DIR] [--synth] [--no-kernels]"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --p4) with_p4=1 ;;   # also p4c and bmv2 with its P4Runtime server (scripts/install-p4.sh --grpc)
+    --p4-src)            # ... built from the source trees in DIR (install-p4.sh --src)
+      [ $# -ge 2 ] && [ -d "$2" ] || { echo "setup: --p4-src needs a directory of sources" >&2; echo "$usage" >&2; exit 2; }
+      with_p4=1; p4_src=$2; shift ;;
     --synth) with_synth=1 ;;   # also Yosys (pyosys) and nextpnr-ice40, for rtl/synth/synth.sh
     --no-kernels) with_kernels=0 ;;   # not the UML kernels (virtual time then skips)
-    *) echo "usage: setup.sh [--p4] [--synth] [--no-kernels]" >&2; exit 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
+  shift
 done
 
 [ "$(id -u)" = 0 ] || { echo "setup: run as root" >&2; exit 2; }
@@ -52,8 +58,10 @@ fi
 
 if [ "$with_p4" = 1 ]; then
   # p4c and bmv2: tools already there, else p4lang's packages where recent enough,
-  # else the pinned releases built from source (scripts/install-p4.sh says how).
-  "$here/scripts/install-p4.sh"
+  # else the pinned releases built from source (scripts/install-p4.sh says how). With
+  # simple_switch_grpc: the bmv2 plane programs its switches over P4Runtime where it is.
+  "$here/scripts/install-p4.sh" --grpc ${p4_src:+--src "$p4_src"}
+  took "bmv2 and p4c"
 fi
 
 # tracefs is where bpftrace finds the tracepoints; some minimal systems do not mount it.
