@@ -138,6 +138,51 @@ def test_a_client_programs_a_switch_by_name(runtime_present, tmp_path):
         sw.close()
 
 
+@needs_root
+def test_a_controller_with_a_higher_election_id_takes_over_and_the_plane_reads_on(runtime_present, tmp_path):
+    """Another controller bidding above the plane's election id (lab 9's) becomes the
+    primary: its writes go through, the plane's client is told (arbitration.lost_primary,
+    which the run's switch.p4rt-messages.json keeps), is refused writes and still reads;
+    once the other leaves, the plane's client is the primary again."""
+    json_path = runtime_present
+    p4info = json_path.parent / bmv2.P4INFO_NAME
+    sw = GrpcSwitch(tmp_path)
+    ours = other = None
+    try:
+        ours = p4rt.Runtime(sw.address, p4info, json_path, device_id=sw.device_id, name="s1").connect()
+        ours.push_pipeline()
+        ours.write(bmv2.queue_entries(json_path, 1, 0, limit=16384))
+        assert "arbitration" not in ours.counts()
+        other = p4rt.Runtime(sw.address, p4info, device_id=sw.device_id, election_id=p4rt.ELECTION_ID + 10,
+                             name="other").connect()
+        theirs = bmv2.queue_entries(json_path, 2, 0, limit=262144)
+        other.write(theirs)
+        _until(lambda: ours.counts().get("arbitration") == {"lost_primary": 1})
+        with pytest.raises(p4rt.P4RuntimeFailed, match="PERMISSION_DENIED"):
+            ours.write(bmv2.queue_entries(json_path, 3, 0, limit=1))
+        written = bmv2.queue_entries(json_path, 1, 0, limit=16384) + theirs
+        entries = [x for x in ours.read_tables(bmv2.QUEUE_TABLES) if not x.default]
+        assert sorted(x.same() for x in entries) == sorted(x.same() for x in written)
+        assert ours.read_counters([("IncastIngress.drops", bmv2.queue_index(1, 0))]) == [(0, 0)]
+        other.close()
+        other = None
+        _until(lambda: ours.counts()["arbitration"] == {"lost_primary": 1, "regained_primary": 1})
+        ours.write(bmv2.queue_entries(json_path, 3, 0, limit=1))
+    finally:
+        for client in (other, ours):
+            if client is not None:
+                client.close()
+        sw.close()
+
+
+def _until(condition, timeout_s: float = 10.0) -> None:
+    """Wait for what the switch sends on a client's stream (it comes when it comes)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the switch sent no arbitration update"
+        time.sleep(0.05)
+
+
 def check_readback(client, items):
     """The switch's tables, multicast groups and clone sessions are items: every entry
     and default action written, and no entry else."""

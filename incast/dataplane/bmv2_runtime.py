@@ -229,6 +229,12 @@ class Runtime:
         self.read_entities: collections.Counter = collections.Counter()
         self.written: list[str] = []        # each WriteRequest, in text format
         self.stream_errors: list[str] = []  # error messages the switch sent on the stream
+        # Arbitration updates after ours: another controller with a higher election id
+        # became the primary (lost_primary: we read on as a backup; the switch refuses
+        # our writes) or the one above us left (regained_primary). A run's tables are
+        # the testbed's view of the switch; this says someone else may have changed it.
+        self.arbitration: collections.Counter = collections.Counter()
+        self.backup = False
         self.client = None
         self._drain = None
 
@@ -269,6 +275,14 @@ class Runtime:
                 msg = await client.receive()
                 if msg.WhichOneof("update") == "error":
                     self.stream_errors.append(pbutil.to_text(msg))
+                elif msg.WhichOneof("update") == "arbitration":
+                    # bmv2's PI: ALREADY_EXISTS ("Is backup") naming the new primary's
+                    # id when a higher bid takes over; OK ("Is primary") when it leaves.
+                    # Counted as changes of role, whatever else the switch repeats.
+                    backup = msg.arbitration.status.code != 0
+                    if backup != self.backup:
+                        self.backup = backup
+                        self.arbitration["lost_primary" if backup else "regained_primary"] += 1
         except asyncio.CancelledError:
             return
         except Exception:   # noqa: BLE001  the stream broke: the switch is gone
@@ -416,5 +430,8 @@ class Runtime:
         return out
 
     def counts(self) -> dict:
-        return {"messages": dict(self.messages), "updates": dict(self.updates),
-                "read_entities": dict(self.read_entities)}
+        out = {"messages": dict(self.messages), "updates": dict(self.updates),
+               "read_entities": dict(self.read_entities)}
+        if self.arbitration:
+            out["arbitration"] = dict(self.arbitration)
+        return out
