@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bmv2 (simple_switch) and p4c (p4c-bm2-ss) for the P4 data plane and labs 5-7, as root.
+# bmv2 (simple_switch) and p4c (p4c-bm2-ss) for the P4 data plane and labs 5-7 (--grpc: and lab 9), as root.
 #
 # In this order, stopping at the first that gives recent enough tools (bmv2 >= 1.15.1,
 # p4c >= 1.2.3.7; the project is tested with bmv2 1.15.5 and p4c 1.2.3.7):

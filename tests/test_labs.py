@@ -3,6 +3,8 @@ message, and its reference solution passes it (network labs as root)."""
 from __future__ import annotations
 
 import importlib.util
+import json
+from pathlib import Path
 
 import pytest
 
@@ -41,7 +43,8 @@ def solver(lab):
     return mod.solve
 
 
-SMALL = {1: {}, 2: {"senders": "2,3,4,16", "blocks": 5}, 3: {"blocks": 5}, 4: {"senders": "1,2,4,16", "blocks": 5}}
+SMALL = {1: {}, 2: {"senders": "2,3,4,16", "blocks": 5}, 3: {"blocks": 5}, 4: {"senders": "1,2,4,16", "blocks": 5},
+         9: {"blocks": 30}}
 
 
 @needs_root
@@ -88,3 +91,27 @@ def test_the_rtl_lab_solution_passes_its_check(tmp_path):
     assert labs.check(lab, answers) == []
     wrong = {**answers, "first_drop_cycle": answers["first_drop_cycle"] + 1}
     assert any(p.startswith("first_drop_cycle") for p in labs.check(lab, wrong))
+
+
+@needs_root
+@pytest.mark.network
+@pytest.mark.p4
+def test_the_p4runtime_lab_solution_takes_the_switch_over_and_passes(tmp_path, no_leftovers):
+    """Lab 9: the reference's client takes the running switch over and deepens the client's
+    port's buffer half-way; the run still ends well (the testbed's controller reads on
+    as a backup and records that it lost the primary role), the check finds the change
+    in the run's own tables, the collapse is gone after it, and wrong answers are caught."""
+    lab = labs.get(9)
+    if lab.needs():
+        pytest.skip("lab 9 needs " + ", ".join(lab.needs()))
+    answers = solver(lab)(tmp_path, **SMALL[9])     # raises if the run or the client failed
+    assert labs.check(lab, answers) == []
+    summary = json.loads((Path(answers["run_dir"]) / "summary.json").read_text())
+    assert summary["blocks"] == SMALL[9]["blocks"] and summary["max_queue_bytes"] > 16384, summary
+    assert answers["goodput_after_mbps"] > answers["goodput_before_mbps"], answers
+    assert answers["timeouts_after"] < answers["timeouts_before"], answers
+    for key, wrong in (("change_block", answers["change_block"] + 1),
+                       ("goodput_after_mbps", answers["goodput_after_mbps"] * 0.8),
+                       ("timeouts_before", answers["timeouts_before"] + 1)):
+        problems = labs.check(lab, {**answers, key: wrong})
+        assert any(p.startswith(key) for p in problems), (key, problems)
