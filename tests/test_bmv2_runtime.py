@@ -253,6 +253,7 @@ def test_a_run_is_programmed_over_p4runtime(runtime_present, tmp_path, no_leftov
     assert proc.returncode == 0, stderr[-2000:]
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["goodput_mbps"] > 0, summary
+    assert summary["switch_control"] == "p4runtime"
     run = Path(summary["run_dir"])
     assert "went over P4Runtime" in (run / "switch.cli").read_text()
     counts = json.loads((run / "switch.p4rt-messages.json").read_text())

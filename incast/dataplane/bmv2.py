@@ -787,7 +787,10 @@ class Bmv2DataPlane(DataPlane):
         the bytes its buffer still counts once the run is over (switch_buffer_end_bytes:
         not 0 only while frames are still on their way out, or if an occupancy update
         between ingress and egress was lost, which would leak buffer for good)."""
-        out = {"switch_ingress_wait_max_us": 0, "switch_ingress_late_packets": 0, "switch_buffer_end_bytes": 0}
+        out = {"switch_ingress_wait_max_us": 0, "switch_ingress_late_packets": 0, "switch_buffer_end_bytes": 0,
+               # How the switches were programmed: over P4Runtime (simple_switch_grpc) or,
+               # where it is missing or INCAST_BMV2_CONTROL=thrift, simple_switch_CLI alone.
+               "switch_control": "p4runtime" if all(sw.p4runtime for sw in self.switches) else "thrift"}
         for sw in self.switches:
             (wait, _), (late, _) = self._read(
                 sw, [("r", "IncastEgress.ingress_wait_max_us", 0), ("c", "IncastEgress.ingress_late", 0)])
