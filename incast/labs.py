@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,20 +87,59 @@ def check(lab: Lab, answers: dict) -> list[str]:
     return list(lab.module("check").check(answers, lab.path))
 
 
+# A lab's region in a Python file of its solution/: the code the student writes, with
+# a hint and a stub that runs (and fails saying what is missing); the starter has the
+# hint as a TODO and the stub in its place. As p4src/incast.p4's regions (p4program).
+_PY_REGION = re.compile(r"^(?P<indent>[ \t]*)# lab (?P<lab>\d+) begin: (?P<hint>.*?)\n"
+                        r"[ \t]*# lab (?P=lab) stub: (?P<stub>[^\n]*)\n"
+                        r"(?P<body>.*?)"
+                        r"^[ \t]*# lab (?P=lab) end\n", re.M | re.S)
+
+
+def python_starter(lab: int, text: str) -> str:
+    """A solution's Python file with lab's regions replaced by a TODO and the stub."""
+    def replace(m):
+        if int(m["lab"]) != lab:
+            return m["body"]
+        ind = m["indent"]
+        hint = " ".join(re.sub(r"\n[ \t]*#", " ", m["hint"]).split())
+        lines = textwrap.wrap(f"TODO (lab {lab}): {hint}", 88 - len(ind) - 2)
+        return "".join(f"{ind}# {line}\n" for line in lines) + f"{ind}{m['stub'].strip()}\n"
+    out = _PY_REGION.sub(replace, text)
+    if out == text:
+        raise ValueError(f"no region for lab {lab}")
+    return out
+
+
+def starter_files(lab: Lab) -> dict[str, str]:
+    """What `incast lab starter` writes: file name -> text. incast.p4 where the program
+    has the lab's regions; each Python file of the solution that has some."""
+    files = {}
+    try:
+        files["incast.p4"] = p4program.lab_starter(lab.number)
+    except ValueError:
+        pass
+    for src in sorted((lab.path / "solution").glob("*.py")):
+        try:
+            files[src.name] = python_starter(lab.number, src.read_text())
+        except ValueError:
+            continue
+    return files
+
+
 def cmd_lab(args) -> int:
     if args.action == "starter":
         lab = get(args.number) if args.number is not None else None
         if lab is None:
             raise LabError("incast lab starter N [DIR]: which lab?")
+        files = starter_files(lab)
+        if not files:
+            raise LabError(f"lab {lab.number} has no program to write: its handout says what to make")
         out = Path(args.answers or ".")
         out.mkdir(parents=True, exist_ok=True)
-        try:
-            text = p4program.lab_starter(lab.number)
-        except ValueError:
-            raise LabError(f"lab {lab.number} has no P4 program to write") from None
-        (out / "incast.p4").write_text(text)
-        print(f"{out / 'incast.p4'}: p4src/incast.p4 with lab {lab.number}'s parts to write "
-              f"(look for TODO (lab {lab.number}))")
+        for name, text in files.items():
+            (out / name).write_text(text)
+            print(f"{out / name}: lab {lab.number}'s parts to write marked TODO (lab {lab.number})")
         return 0
     if args.action == "list":
         for lab in known():

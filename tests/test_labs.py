@@ -36,6 +36,27 @@ def test_lab_check_from_the_command_line(tmp_path):
     assert r.returncode == 2 and "no such answers file" in r.stderr
 
 
+def test_lab_starter_writes_the_reference_with_its_regions_as_todos(tmp_path):
+    """incast lab starter: lab 5's program from p4src/incast.p4's regions, lab 9's client
+    from its reference's: each region a TODO and a stub; the rest as the reference."""
+    r = incast_cmd("lab", "starter", "9", str(tmp_path / "nine"))
+    assert r.returncode == 0, r.stderr
+    reference = (labs.get(9).path / "solution" / "p4rt_buffer.py").read_text()
+    starter = (tmp_path / "nine" / "p4rt_buffer.py").read_text()
+    regions = reference.count("# lab 9 begin:")
+    assert regions == 3 and starter.count("# TODO (lab 9):") == regions
+    assert "# lab 9" not in starter and "sw.modify(" not in starter and "default=20" not in starter
+    assert starter.count('raise NotImplementedError("TODO (lab 9)') + starter.count(
+        'raise NotImplementedError(f"TODO (lab 9)') == 2
+    compile(starter, "p4rt_buffer.py", "exec")
+    # outside the regions, line for line the reference
+    outside = [ln for ln in reference.splitlines() if ln not in starter.splitlines()]
+    assert len(outside) < len(reference.splitlines()) // 5, outside
+    r = incast_cmd("lab", "starter", "1", str(tmp_path / "one"))
+    assert r.returncode == 2 and "no program to write" in r.stderr
+    assert not (tmp_path / "one").exists()
+
+
 def solver(lab):
     spec = importlib.util.spec_from_file_location(f"solve{lab.number}", lab.path / "solution" / "solve.py")
     mod = importlib.util.module_from_spec(spec)

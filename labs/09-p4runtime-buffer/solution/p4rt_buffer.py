@@ -1,5 +1,6 @@
-"""Lab 9's client, finished: watch a running switch over P4Runtime, then take it over
-and give the client's port a deeper buffer half-way through the run.
+"""Lab 9's client: watch a running switch over P4Runtime, then take it over and give
+the client's port a deeper buffer half-way through the run. (`incast lab starter 9 DIR`
+writes it with the parts the student writes marked TODO (lab 9).)
 
     python3 p4rt_buffer.py --switch unix:/run/incast/TOKEN-s1.grpc --p4info P4INFO \\
         --after-bytes BYTES --limit 262144
@@ -8,7 +9,7 @@ A standard P4Runtime client (finsy's Switch): it knows the switch only by its ad
 and the program only by its P4Info, nothing of the testbed's own controller. It
 watches as a backup (election id 1, below the testbed's 10: it may read, not write),
 and once the client's port has sent --after-bytes it connects again bidding
---election-id (20): the highest bid makes it the primary, whose writes the switch
+--election-id: the highest bid makes it the primary, whose writes the switch
 takes. It stays the primary until the run ends and its switch goes away.
 """
 import argparse
@@ -32,7 +33,12 @@ SLOW_POLL_S = 0.5
 
 async def read_counter(sw, name, index=None) -> dict[int, tuple[int, int]]:
     """index -> (packets, bytes) of a counter: one cell, or the whole array (None)."""
+    # lab 9 begin: one ReadRequest for the counter's cell (or all its cells):
+    #   sw.read(fy.P4CounterEntry(...)) yields each cell, with .index, .packet_count and
+    #   .byte_count.
+    # lab 9 stub: raise NotImplementedError("TODO (lab 9): read_counter")
     return {e.index: (e.packet_count, e.byte_count) async for e in sw.read(fy.P4CounterEntry(name, index=index))}
+    # lab 9 end
 
 
 async def queue_entries(sw, q: int) -> list:
@@ -74,10 +80,16 @@ async def change(sw, q: int, limit: int) -> None:
     if len(entries) != len(QUEUE_TABLES):
         raise SystemExit(f"queue {q} has {len(entries)} queue_config entries, not {len(QUEUE_TABLES)}")
     old = entries[0].action.args["limit"]
+    # lab 9 begin: write both entries back with the limit changed (sw.modify): the
+    #   same table and match, the same action with its other parameters (xoff, xon) as
+    #   they are. An entry read back has .table_id, .match, .action.name, .action.args.
+    #   Then read them again and print the limit they now hold.
+    # lab 9 stub: raise NotImplementedError(f"TODO (lab 9): change queue {q}'s limit ({old} bytes)")
     await sw.modify([fy.P4TableEntry(e.table_id, match=e.match, action=fy.P4TableAction(
         e.action.name, **{**e.action.args, "limit": limit})) for e in entries])
     print(f"queue {q}: limit {old} -> {[e.action.args['limit'] for e in await queue_entries(sw, q)]} bytes",
           flush=True)
+    # lab 9 end
 
 
 async def drops_after(sw, q: int, drops: int) -> None:
@@ -125,7 +137,10 @@ def parse(argv=None):
     p.add_argument("--switch", required=True, help="the switch's P4Runtime address, e.g. unix:/run/incast/T-s1.grpc")
     p.add_argument("--p4info", type=Path, required=True, help="the program's P4Info (incast.p4info.txt)")
     p.add_argument("--device-id", type=int, default=0, help="the switch's P4Runtime device id (s1: 0)")
+    # lab 9 begin: a bid that takes the switch over from the testbed's controller.
+    # lab 9 stub: p.add_argument("--election-id", type=int, default=5, help="the bid that takes over")
     p.add_argument("--election-id", type=int, default=20, help="the bid that takes over (the testbed's is 10)")
+    # lab 9 end
     p.add_argument("--after-bytes", type=int, required=True,
                    help="change the buffer once the client's port has sent this many bytes")
     p.add_argument("--limit", type=int, required=True, help="the client's port's new buffer, bytes")
