@@ -207,6 +207,9 @@ def test_a_run_above_the_faithful_rate_is_flagged(tmp_path, no_leftovers):
 
 @needs_root
 @pytest.mark.network
+# The long tier: what decides it on a 2-core VM is how well the machine's timers serve
+# the link, a fraction of a percent either side of 93% run by run (docs/tests.md).
+@pytest.mark.long
 def test_one_sender_at_the_calibrated_rate_reaches_93_percent(tmp_path, no_leftovers):
     """What the testbed's hosts and TCP make of the link: 93% of it, of a 94.1% ceiling
     (1448 payload bytes in 1538 on the wire). The link's service is the machine's: a
