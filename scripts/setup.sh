@@ -19,7 +19,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --p4) with_p4=1 ;;   # also p4c and bmv2 with its P4Runtime server (scripts/install-p4.sh --grpc)
     --p4-src)            # ... built from the source trees in DIR (install-p4.sh --src)
-      [ $# -ge 2 ] && [ -d "$2" ] || { echo "setup: --p4-src needs a directory of sources" >&2; echo "$usage" >&2; exit 2; }
+      [ $# -ge 2 ] && [ -d "$2" ] || { echo "setup: --p4-src needs a directory of sources ($usage)" >&2; exit 2; }
       with_p4=1; p4_src=$2; shift ;;
     --synth) with_synth=1 ;;   # also Yosys (pyosys) and nextpnr-ice40, for rtl/synth/synth.sh
     --no-kernels) with_kernels=0 ;;   # not the UML kernels (virtual time then skips)
