@@ -24,7 +24,9 @@
  *     when the PAUSE came still leaves (at most the port's buffer; a real port stops
  *     within a frame);
  *   - queue telemetry: egress-to-egress (and, for drops, ingress-to-egress) clones to
- *     a collector port, truncated, carrying the incast_tel_t header.
+ *     a collector port, truncated, sent as INT telemetry reports (the P4.org
+ *     Telemetry Report Format v2.0, in postcard mode: one report per packet and hop,
+ *     over UDP), with this switch's queue and port bytes as domain-specific metadata.
  *
  * The control plane (incast/dataplane/bmv2.py) fills the tables from the scenario: the
  * switch's settings are the parameters of `configure` (the default action of a keyless
@@ -45,7 +47,6 @@
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_VLAN = 0x8100;
 const bit<16> ETHERTYPE_MAC_CONTROL = 0x8808;
-const bit<16> ETHERTYPE_TELEMETRY = 0x88B5;   /* IEEE local experimental */
 const bit<16> MAC_CONTROL_PAUSE = 0x0001;
 const bit<16> MAC_CONTROL_PFC = 0x0101;
 const bit<8>  PROTO_TCP = 6;
@@ -58,8 +59,19 @@ const bit<32> PAUSE_MC_SESSION = 2;             /* mirror session to multicast g
 const bit<9>  HOLD_PORT = 508;                  /* into the hold loop (obeying PAUSE) ... */
 const bit<9>  HOLD_RETURN_PORT = 509;           /* ... and back from it */
 const bit<32> HOLD_TAG_BYTES = 4;               /* hold_t, in front of a frame in the loop */
-/* A telemetry frame: its Ethernet header, the record, the packet's Ethernet/IPv4/TCP headers. */
-const bit<32> TELEMETRY_FRAME_BYTES = 14 + 68 + 14 + 20 + 20;
+/* Telemetry reports (Telemetry Report Format v2.0): Ethernet, IPv4 and UDP to the
+ * collector, the group header (8 bytes), the individual report (12) with its metadata
+ * (68), and the packet's first 56 bytes (its Ethernet/IPv4/TCP headers, in whole
+ * 4-byte words, as the report's length counts them). */
+const bit<16> TELEMETRY_UDP_PORT = 32766;       /* source and destination: the port INT collectors listen on by custom */
+const bit<32> TELEMETRY_SRC_NET = 0xC6120000;   /* 198.18.0.0/16 + switch id: the report's source (RFC 2544's benchmarking range) */
+const bit<32> TELEMETRY_COLLECTOR_ADDR = 0xC613FFFE;   /* 198.19.255.254 */
+const bit<16> INT_DOMAIN_ID = 0x1CA5;           /* this testbed's domain-specific metadata */
+const bit<16> INT_REP_MD_BITS = 0x7C00;         /* baseline bits 1-5: ports, hop latency, queue, ingress and egress timestamps */
+const bit<16> INT_DS_MD_BITS = 0xFFC0;          /* domain-specific bits 0-9: the ten words of incast's queue state */
+const bit<8>  INT_MD_WORDS = 17;                /* 7 baseline + 10 domain-specific */
+const bit<32> TELEMETRY_INNER_BYTES = 56;
+const bit<32> TELEMETRY_FRAME_BYTES = 14 + 20 + 8 + 8 + 12 + 68 + 56;
 const bit<8>  FL_CLONE = 1;                     /* field list preserved in clones: @field_list(1) */
 
 const bit<8> CLONE_NONE = 0;
@@ -148,24 +160,46 @@ header udp_t {
     bit<16> checksum;
 }
 
-/* Queue telemetry, 68 bytes, big-endian. The same layout is the Scapy layer
- * incast.p4layers.IncastTelemetry: change both together. */
-header incast_tel_t {
-    bit<32> seq;             /* per switch, +1 per record: gaps are lost records */
-    bit<16> switch_id;
+/* Telemetry Report Group Header (v2.0). The same layouts are the Scapy layers
+ * incast.p4.layers.TelemetryReport and IntReport: change both together. */
+header report_group_t {
+    bit<4>  version;         /* 2 */
+    bit<6>  hw_id;
+    bit<22> seq;             /* per switch, +1 per report: gaps are lost reports */
+    bit<32> node_id;         /* the switch id */
+}
+
+/* Individual Report Header, its INT main contents (RepType 1) and the metadata this
+ * switch always sends (INT_REP_MD_BITS, INT_DS_MD_BITS), 80 bytes. */
+header int_report_t {
+    bit<4>  rep_type;        /* 1: INT */
+    bit<4>  in_type;         /* 3: an Ethernet frame follows */
+    bit<8>  rep_len;         /* 4-byte words after this one: main contents, metadata, packet */
+    bit<8>  md_len;          /* 4-byte words of metadata */
+    bit<1>  dropped;         /* the packet was dropped (its queue was full) */
+    bit<1>  congested;
+    bit<1>  tracked_flow;    /* 1: postcard mode samples the packet here */
+    bit<1>  intermediate;
+    bit<4>  rsvd;
+    bit<16> rep_md_bits;
+    bit<16> domain_id;
+    bit<16> ds_md_bits;
+    bit<16> ds_md_status;
+    /* baseline metadata */
     bit<16> ingress_port;
     bit<16> egress_port;
+    bit<32> hop_latency;     /* us in the queue */
     bit<8>  queue;           /* class */
-    bit<8>  event;           /* 0 dequeue, 1 drop */
-    bit<32> enq_qdepth;      /* bmv2's queue depth in packets at enqueue */
-    bit<32> deq_qdepth;      /* ... at dequeue */
+    bit<24> queue_occupancy; /* class queue bytes at enqueue (saturates) */
+    bit<64> ingress_ts;      /* us, switch clock: enqueue */
+    bit<64> egress_ts;       /* us, switch clock: dequeue (drop: time of refusal) */
+    /* domain-specific metadata (INT_DOMAIN_ID) */
     bit<32> occ_enq_bytes;   /* class queue bytes after admission (drop: before) */
     bit<32> occ_deq_bytes;   /* class queue bytes after departure */
     bit<32> port_enq_bytes;  /* all of the port's queues, after admission */
     bit<32> port_deq_bytes;  /* ... after departure */
-    bit<32> deq_timedelta;   /* us in the queue */
-    bit<48> enq_ts;          /* us, switch clock */
-    bit<48> deq_ts;          /* us, switch clock (drop: time of refusal) */
+    bit<32> enq_qdepth;      /* bmv2's queue depth in packets at enqueue */
+    bit<32> deq_qdepth;      /* ... at dequeue */
     bit<32> pkt_len;         /* bytes of the frame */
     bit<32> flow_hash;       /* crc32 of the IPv4 5-tuple */
     bit<32> saddr;
@@ -175,7 +209,10 @@ header incast_tel_t {
 struct headers_t {
     hold_t        hold;
     ethernet_t    tel_eth;
-    incast_tel_t  tel;
+    ipv4_t        tel_ipv4;
+    udp_t         tel_udp;
+    report_group_t tel_group;
+    int_report_t  tel;
     ethernet_t    ethernet;
     vlan_t        vlan;
     mac_control_t mac_control;
@@ -827,23 +864,60 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         bit<32> seq;
         tel_seq.read(seq, 0);
         tel_seq.write(0, seq + 1);
+        /* the packet's bytes that follow the report, in 4-byte words */
+        bit<32> inner = meta.pkt_len < TELEMETRY_INNER_BYTES ? meta.pkt_len : TELEMETRY_INNER_BYTES;
         hdr.hold.setInvalid();
         hdr.tel_eth.setValid();
         hdr.tel_eth.dst = 0xFFFFFFFFFFFF;
         hdr.tel_eth.src = 0;
-        hdr.tel_eth.etherType = ETHERTYPE_TELEMETRY;
+        hdr.tel_eth.etherType = ETHERTYPE_IPV4;
+        hdr.tel_ipv4.setValid();
+        hdr.tel_ipv4.version = 4;
+        hdr.tel_ipv4.ihl = 5;
+        hdr.tel_ipv4.dscp = 0;
+        hdr.tel_ipv4.ecn = 0;
+        hdr.tel_ipv4.totalLen = (bit<16>)(20 + 8 + 8 + 12 + 68 + inner);
+        hdr.tel_ipv4.identification = 0;
+        hdr.tel_ipv4.flags = 2;          /* don't fragment */
+        hdr.tel_ipv4.fragOffset = 0;
+        hdr.tel_ipv4.ttl = 64;
+        hdr.tel_ipv4.protocol = PROTO_UDP;
+        hdr.tel_ipv4.srcAddr = TELEMETRY_SRC_NET + (bit<32>)meta.cfg.switch_id[15:0];
+        hdr.tel_ipv4.dstAddr = TELEMETRY_COLLECTOR_ADDR;
+        hdr.tel_udp.setValid();
+        hdr.tel_udp.srcPort = TELEMETRY_UDP_PORT;
+        hdr.tel_udp.dstPort = TELEMETRY_UDP_PORT;
+        hdr.tel_udp.length = (bit<16>)(8 + 8 + 12 + 68 + inner);
+        hdr.tel_udp.checksum = 0;        /* none (IPv4) */
+        hdr.tel_group.setValid();
+        hdr.tel_group.version = 2;
+        hdr.tel_group.hw_id = 0;
+        hdr.tel_group.seq = seq[21:0];
+        hdr.tel_group.node_id = meta.cfg.switch_id;
         hdr.tel.setValid();
-        hdr.tel.seq = seq;
-        hdr.tel.switch_id = (bit<16>)meta.cfg.switch_id;
+        hdr.tel.rep_type = 1;
+        hdr.tel.in_type = 3;
+        hdr.tel.rep_len = 2 + INT_MD_WORDS + (bit<8>)((inner + 3) >> 2);
+        hdr.tel.md_len = INT_MD_WORDS;
+        hdr.tel.dropped = meta.event == EVENT_DROP ? 1w1 : 1w0;
+        hdr.tel.congested = 0;
+        hdr.tel.tracked_flow = 1;
+        hdr.tel.intermediate = 0;
+        hdr.tel.rsvd = 0;
+        hdr.tel.rep_md_bits = INT_REP_MD_BITS;
+        hdr.tel.domain_id = INT_DOMAIN_ID;
+        hdr.tel.ds_md_bits = INT_DS_MD_BITS;
+        hdr.tel.ds_md_status = 0;
         hdr.tel.ingress_port = meta.in_port;
         hdr.tel.egress_port = meta.out_port;
         hdr.tel.queue = meta.qclass;
-        hdr.tel.event = meta.event;
-        /* lab 7 begin: the postcard's queue state: what the packet found at enqueue and
+        hdr.tel.queue_occupancy = meta.occ_enq > 0xFFFFFF ? 24w0xFFFFFF : meta.occ_enq[23:0];
+        /* lab 7 begin: the report's queue state: what the packet found at enqueue and
          * left at dequeue (bmv2's packet depths meta.enq_qdepth/deq_qdepth, the class
          * queue's bytes meta.occ_enq/occ_deq, the port's meta.port_enq/port_deq), its
-         * time in the queue (meta.deq_timedelta) and both timestamps (meta.enq_ts,
-         * meta.deq_ts), into the hdr.tel fields of the same names (occ_*_bytes,
+         * time in the queue (meta.deq_timedelta, into hdr.tel.hop_latency) and both
+         * timestamps (meta.enq_ts into hdr.tel.ingress_ts, meta.deq_ts into
+         * hdr.tel.egress_ts), into the hdr.tel fields of the same names (occ_*_bytes,
          * port_*_bytes). */
         /* lab 7 stub: hdr.tel.occ_enq_bytes = 0; */
         hdr.tel.enq_qdepth = meta.enq_qdepth;
@@ -852,9 +926,9 @@ control IncastEgress(inout headers_t hdr, inout metadata_t meta,
         hdr.tel.occ_deq_bytes = meta.occ_deq;
         hdr.tel.port_enq_bytes = meta.port_enq;
         hdr.tel.port_deq_bytes = meta.port_deq;
-        hdr.tel.deq_timedelta = meta.deq_timedelta;
-        hdr.tel.enq_ts = meta.enq_ts;
-        hdr.tel.deq_ts = meta.deq_ts;
+        hdr.tel.hop_latency = meta.deq_timedelta;
+        hdr.tel.ingress_ts = (bit<64>)meta.enq_ts;
+        hdr.tel.egress_ts = (bit<64>)meta.deq_ts;
         /* lab 7 end */
         hdr.tel.pkt_len = meta.pkt_len;
         hdr.tel.flow_hash = meta.flow_hash;
@@ -1101,6 +1175,12 @@ control IncastComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
               hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset, hdr.ipv4.ttl,
               hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },
             hdr.ipv4.hdrChecksum, HashAlgorithm.csum16);
+        update_checksum(hdr.tel_ipv4.isValid(),
+            { hdr.tel_ipv4.version, hdr.tel_ipv4.ihl, hdr.tel_ipv4.dscp, hdr.tel_ipv4.ecn,
+              hdr.tel_ipv4.totalLen, hdr.tel_ipv4.identification, hdr.tel_ipv4.flags,
+              hdr.tel_ipv4.fragOffset, hdr.tel_ipv4.ttl, hdr.tel_ipv4.protocol,
+              hdr.tel_ipv4.srcAddr, hdr.tel_ipv4.dstAddr },
+            hdr.tel_ipv4.hdrChecksum, HashAlgorithm.csum16);
     }
 }
 
@@ -1108,6 +1188,9 @@ control IncastDeparser(packet_out pkt, in headers_t hdr) {
     apply {
         pkt.emit(hdr.hold);
         pkt.emit(hdr.tel_eth);
+        pkt.emit(hdr.tel_ipv4);
+        pkt.emit(hdr.tel_udp);
+        pkt.emit(hdr.tel_group);
         pkt.emit(hdr.tel);
         pkt.emit(hdr.ethernet);
         pkt.emit(hdr.vlan);

@@ -37,6 +37,7 @@ took() { echo "setup: $1 took $((SECONDS - step_start)) s"; step_start=$SECONDS;
 apt_packages=(
   ca-certificates util-linux mininet iproute2 ethtool bridge-utils iputils-ping net-tools procps psmisc kmod
   bpftrace tcpdump memcached chromium
+  tshark   # reads the switches' INT telemetry reports with scripts/wireshark/int-report.lua
   verilator g++ make   # the hardware switch's model (rtl/, --switch rtl, tests/test_rtl_switch.py)
   python3 python3-venv python3-pip python3-scapy python3-matplotlib python3-pandas
   python3-numpy python3-scipy python3-pytest python3-tqdm python3-pyroute2

@@ -619,39 +619,91 @@ def test_pfc_received_holds_only_the_class_it_names(rig):
 
 
 def test_telemetry_carries_the_packets_queue_values(rig):
+    """Each postcard is an INT telemetry report (v2.0) over UDP to the collector, with a
+    valid IPv4 header, lengths that count what follows, and the packet's queue state."""
+    from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
-    from incast.p4.layers import IncastTelemetry
+    from incast.p4.layers import TELEMETRY_UDP_PORT, IntReport, TelemetryReport
     rig.settings(tel_mode=1)
     rig.cli(["set_queue_rate 200 3 6"])
     for _ in range(5):
         rig.send(1, udp(1, 3, dscp=8, size=500))
     frames = rig.receive(510, timeout=1.0, count=5)
-    recs = [Ether(f)[IncastTelemetry] for f in frames]
-    assert len(recs) == 5
-    assert [r.seq for r in recs] == list(range(recs[0].seq, recs[0].seq + 5))
-    for r in recs:
-        assert r.ingress_port == 1 and r.egress_port == 3 and r.queue == 1 and r.event == 0
+    assert len(frames) == 5
+    for f in frames:
+        ip = Ether(f)[IP]
+        again = IP(bytes(ip))
+        del again.chksum
+        assert IP(bytes(again)).chksum == ip.chksum                         # the switch's checksum is right
+        assert ip.len == len(f) - 14 and ip[UDP].len == len(f) - 34 and ip[UDP].dport == TELEMETRY_UDP_PORT
+    groups = [Ether(f)[TelemetryReport] for f in frames]
+    recs = [Ether(f)[IntReport] for f in frames]
+    assert [g.seq for g in groups] == list(range(groups[0].seq, groups[0].seq + 5))
+    assert all(g.version == 2 for g in groups)
+    for f, r in zip(frames, recs):
+        assert r.rep_type == 1 and r.in_type == 3 and r.md_len == 17 and r.tracked_flow == 1
+        assert 4 * (r.rep_len + 1) == len(f) - 14 - 20 - 8 - 8   # the report's length: to the frame's end
+        assert r.ingress_port == 1 and r.egress_port == 3 and r.queue == 1 and r.dropped == 0
         assert r.pkt_len == 542 and r.saddr == 0x0A000001 and r.daddr == 0x0A000003
-        assert r.deq_ts >= r.enq_ts and r.deq_timedelta <= r.deq_ts - r.enq_ts
-    # The queue built up: later packets saw more bytes ahead of them at enqueue.
+        # (no tighter bound: bmv2 reads its clock once for egress_ts and again for the
+        # hop latency, and a thread preempted between the two reads makes the latency
+        # the longer one; simple_switch.cpp, egress_thread)
+        assert r.egress_ts >= r.ingress_ts
+        assert r.queue_occupancy == r.occ_enq_bytes
+        assert r[Ether][IP].src == "10.0.0.1"                                 # the packet's own headers follow
+    # The queue built up: later packets saw more bytes ahead of them at enqueue, and waited longer.
+    assert recs[-1].hop_latency > recs[0].hop_latency
     assert recs[-1].occ_enq_bytes > recs[0].occ_enq_bytes or recs[-1].enq_qdepth > recs[0].enq_qdepth
     assert max(r.occ_enq_bytes for r in recs) <= 5 * 542
+
+
+def test_telemetry_reports_read_alike_by_scapy_the_collector_and_tshark(rig, tmp_path):
+    """The switch's own reports, written to a pcap: the collector's bulk decoder and tshark
+    with the testbed's dissector read the same values as the Scapy layers."""
+    import shutil
+    import subprocess
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+    from incast.measure.postcards import TELEMETRY_FRAME
+    from incast.p4.layers import IntReport, TelemetryReport, decode_records
+    rig.settings(tel_mode=1)
+    for i in range(4):
+        rig.send(1, udp(1, 3, dscp=8, size=300 + 100 * i))
+    frames = rig.receive(510, timeout=1.0, count=4)
+    assert len(frames) == 4
+    cols = decode_records(b"".join(f.ljust(TELEMETRY_FRAME, b"\0")[:TELEMETRY_FRAME] for f in frames), TELEMETRY_FRAME)
+    names = ["seq", "node_id", "ingress_port", "egress_port", "queue", "hop_latency", "ingress_ts", "egress_ts",
+             "occ_enq_bytes", "occ_deq_bytes", "pkt_len"]
+    scapy_rows = [[getattr(Ether(f)[TelemetryReport] if n in ("seq", "node_id") else Ether(f)[IntReport], n)
+                   for n in names] for f in frames]
+    assert [[int(cols[n][i]) for n in names] for i in range(4)] == scapy_rows
+    tshark = shutil.which("tshark")
+    if tshark is None:
+        pytest.skip("tshark is not installed (scripts/setup.sh installs it)")
+    pcap = tmp_path / "reports.pcap"
+    wrpcap(str(pcap), [Ether(f) for f in frames])
+    dissector = Path(__file__).resolve().parents[1] / "scripts" / "wireshark" / "int-report.lua"
+    out = subprocess.run([tshark, "-n", "-X", f"lua_script:{dissector}", "-r", str(pcap), "-T", "fields",
+                          "-E", "separator=,", *[a for n in names for a in ("-e", f"int_report.{n}")]],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert [[int(v) for v in line.split(",")] for line in out.stdout.splitlines()] == scapy_rows
 
 
 def test_telemetry_above_a_threshold_records_only_the_burst(rig):
     """Sampling above:SIZE: a postcard for each packet that found its class queue at or
     above SIZE bytes, none for those that found it lower."""
     from scapy.layers.l2 import Ether
-    from incast.p4.layers import IncastTelemetry
+    from incast.p4.layers import IntReport
     threshold = 1500                             # the third 542-byte frame reaches it
     rig.settings(tel_mode=4, tel_threshold=threshold)
     rig.cli(["set_queue_rate 20 3 6"])
     for _ in range(6):                           # 50 ms per frame out: the queue only grows
         rig.send(1, udp(1, 3, dscp=8, size=500))
-    recs = [Ether(f)[IncastTelemetry] for f in rig.receive(510, timeout=1.0)]
+    recs = [Ether(f)[IntReport] for f in rig.receive(510, timeout=1.0)]
     assert 3 <= len(recs) <= 4, [r.occ_enq_bytes for r in recs]   # 4 if one frame left early
     assert all(r.occ_enq_bytes >= threshold for r in recs), [r.occ_enq_bytes for r in recs]
-    assert all(r.deq_ts > r.enq_ts for r in recs)           # each waited its turn
+    assert all(r.egress_ts > r.ingress_ts for r in recs)     # each waited its turn
     left_behind = [r.occ_deq_bytes for r in recs]             # the queue drains as they leave
     assert left_behind == sorted(left_behind, reverse=True) and left_behind[-1] == 0, left_behind
     assert len(rig.receive(3, timeout=0.5)) == 6          # sampling chooses postcards, not packets

@@ -1,25 +1,33 @@
 """The Python side and p4src/incast.p4 agree: what they share is read from the P4 source,
-and the one format defined twice (the telemetry record: a P4 header, a Scapy layer) is
+and the one format defined twice (the telemetry report: P4 headers, Scapy layers) is
 checked field by field. Needs neither p4c nor bmv2."""
 import re
 
 from incast.p4 import program as p4program
-from incast.p4.layers import ETHERTYPE_TELEMETRY, RECORD_SIZE, IncastTelemetry
-from scapy.fields import BitField
+from incast.p4.layers import (INT_DS_MD_BITS, INT_REP_MD_BITS, REPORT_SIZE, TELEMETRY_UDP_PORT, IntReport,
+                               TelemetryReport, layout)
 
 
-def test_telemetry_record_matches_the_p4_header():
-    scapy_fields = [(f.name, f.size if isinstance(f, BitField) else 8 * f.sz)
-                    for f in IncastTelemetry.fields_desc]
-    assert scapy_fields == p4program.header("incast_tel_t")
-    assert RECORD_SIZE * 8 == sum(bits for _, bits in p4program.header("incast_tel_t"))
+def test_telemetry_report_matches_the_p4_headers():
+    """The Scapy layers with the metadata the switch's bits name are the P4 headers."""
+    fields = [(name, bits) for name, _, bits in layout()]
+    assert fields == p4program.header("report_group_t") + p4program.header("int_report_t")
+    assert [n for n, _ in p4program.header("report_group_t")] == [f.name for f in TelemetryReport.fields_desc]
+    # the metadata is as long as the report says: 17 words, each bit's 4 or 8 bytes
+    md = dict((n, b) for n, _, b in layout())
+    baseline = sum(md[n] for n in ("ingress_port", "egress_port", "hop_latency", "queue", "queue_occupancy",
+                                   "ingress_ts", "egress_ts"))
+    assert baseline == 32 * (5 + 2)            # RepMdBits 1-5: bits 4 and 5 are 8 bytes
+    assert bin(INT_REP_MD_BITS).count("1") == 5 and bin(INT_DS_MD_BITS).count("1") == 10
+    assert REPORT_SIZE == 8 + 12 + 4 * IntReport().md_len
 
 
 def test_shared_constants_come_from_the_p4_source():
     c = p4program.constants()
-    assert ETHERTYPE_TELEMETRY == c["ETHERTYPE_TELEMETRY"] == 0x88B5
-    # the truncated clone: Ethernet + record + the packet's Ethernet/IPv4/TCP headers
-    assert c["TELEMETRY_FRAME_BYTES"] == 14 + RECORD_SIZE + 14 + 20 + 20
+    assert TELEMETRY_UDP_PORT == c["TELEMETRY_UDP_PORT"] == 32766
+    # the truncated clone: Ethernet, IPv4, UDP, the report, the packet's first 56 bytes
+    assert c["TELEMETRY_FRAME_BYTES"] == 14 + 20 + 8 + REPORT_SIZE + c["TELEMETRY_INNER_BYTES"]
+    assert c["TELEMETRY_INNER_BYTES"] % 4 == 0   # the report counts the packet in 4-byte words
 
 
 def test_every_setting_is_a_table_parameter_the_program_reads():

@@ -29,7 +29,7 @@ def bursts_of(run) -> tuple[pd.DataFrame, str, int]:
 
 def check(answers: dict, lab) -> list[str]:
     problems: list[str] = []
-    program, found = p4_program(answers, 7, "hdr.tel.deq_timedelta = meta.deq_timedelta")
+    program, found = p4_program(answers, 7, "hdr.tel.hop_latency = meta.deq_timedelta")
     problems += found
     if program is not None:
         problems += p4_packet_tests(program, TESTS)

@@ -20,8 +20,9 @@
 //   starts no frame of a paused class.
 // - ECN: an ECN-capable IPv4 packet that finds more than ecn_k bytes in its class queue
 //   leaves marked CE, its header checksum updated.
-// - Telemetry: a postcard (incast.p4's incast_tel_t, EtherType 0x88B5, followed by the
-//   packet's first 54 bytes) for each sampled departure and each drop.
+// - Telemetry: a postcard for each sampled departure and each drop: an INT telemetry
+//   report as incast.p4 sends it (Telemetry Report Format v2.0 over UDP: group header,
+//   individual report with its metadata, then the packet's first 56 bytes).
 //
 // Time is a cycle counter, `now`; deadlines are compared against it, so a simulation
 // may jump it forward over idle time (skip_*) without changing what happens (`quiet`
@@ -72,8 +73,8 @@ module incast_switch #(
     localparam int MAXW = (MAXLEN + CW - 1) / CW;
     localparam int HDRW = (64 + CW - 1) / CW;      // words holding the first 64 bytes
     localparam int BW = $clog2(CW + 1);
-    localparam int TEL_HDR = 54;                   // packet bytes after the record
-    localparam int TEL_REC = 68;
+    localparam int TEL_HDR = 56;                   // packet bytes after the report
+    localparam int TEL_REC = 14 + 20 + 8 + 8 + 80; // Ethernet, IPv4, UDP, group header, report
     localparam int TEL_ENTRY = (TEL_REC + TEL_HDR) * 8 + 8;
     // Microseconds per cycle, fixed point (32 fraction bits): telemetry's time unit.
     localparam logic [31:0] US_MUL = 32'((64'(PS_PER_CYCLE) << 32) / 64'd1000000 + 64'd1);
@@ -530,18 +531,41 @@ module incast_switch #(
     logic                 tel_drop_push, tel_deq_push;
     logic [31:0]          tel_seq;
 
+    // The report's IPv4 header checksum: every field is fixed but the total length and
+    // the source address (198.18.0.0/16 + switch id).
+    function automatic logic [15:0] tel_ip_checksum(input logic [15:0] total_len, input logic [15:0] swid);
+        logic [31:0] sum;
+        sum = 32'h4500 + {16'd0, total_len} + 32'h4000 + 32'h4011 + 32'hC612 + {16'd0, swid}
+              + 32'hC613 + 32'hFFFE;
+        sum = {16'd0, sum[15:0]} + {16'd0, sum[31:16]};
+        sum = {16'd0, sum[15:0]} + {16'd0, sum[31:16]};
+        tel_ip_checksum = ~sum[15:0];
+    endfunction
+
     function automatic logic [TEL_ENTRY-1:0] postcard(
-            input logic [31:0] seq, input logic [15:0] swid, input logic [15:0] in_port,
-            input logic [15:0] out_port, input logic [7:0] cls, input logic [7:0] event_kind,
+            input logic [21:0] seq, input logic [15:0] swid, input logic [15:0] in_port,
+            input logic [15:0] out_port, input logic [7:0] cls, input logic dropped,
             input logic [31:0] enq_qd, input logic [31:0] deq_qd, input logic [31:0] occ_e,
             input logic [31:0] occ_d, input logic [31:0] port_e, input logic [31:0] port_d,
             input logic [31:0] delta, input logic [47:0] enq_ts, input logic [47:0] deq_ts,
             input logic [31:0] len, input logic [31:0] hash, input logic [31:0] sa, input logic [31:0] da,
             input logic [TEL_HDR*8-1:0] pkt, input logic [7:0] pkt_len);
-        logic [TEL_REC*8-1:0] be;   // big-endian record, first byte in the top bits
+        logic [TEL_REC*8-1:0] be;   // big-endian headers, first byte in the top bits
         logic [TEL_ENTRY-1:0] r;
-        be = {seq, swid, in_port, out_port, cls, event_kind, enq_qd, deq_qd, occ_e, occ_d, port_e, port_d,
-              delta, enq_ts, deq_ts, len, hash, sa, da};
+        logic [15:0] ip_len;
+        logic [7:0] rep_len;
+        ip_len = 16'(20 + 8 + 8 + 12 + 68) + {8'd0, pkt_len};
+        rep_len = 8'(2 + 17) + ((pkt_len + 8'd3) >> 2);
+        be = {48'hFFFFFFFFFFFF, 48'h0, 16'h0800,                                  // Ethernet
+              16'h4500, ip_len, 16'h0000, 16'h4000, 16'h4011, tel_ip_checksum(ip_len, swid),
+              16'hC612, swid, 32'hC613FFFE,                                       // IPv4
+              16'd32766, 16'd32766, ip_len - 16'd20, 16'h0000,                    // UDP
+              4'd2, 6'd0, seq, {16'd0, swid},                               // group header
+              4'd1, 4'd3, rep_len, 8'd17, dropped, 1'b0, 1'b1, 1'b0, 4'd0,       // individual report
+              16'h7C00, 16'h1CA5, 16'hFFC0, 16'h0000,                             // INT main contents
+              in_port, out_port, delta, cls, occ_e > 32'hFFFFFF ? 24'hFFFFFF : occ_e[23:0],
+              {16'd0, enq_ts}, {16'd0, deq_ts},                                   // baseline metadata
+              occ_e, occ_d, port_e, port_d, enq_qd, deq_qd, len, hash, sa, da};  // domain-specific
         r = '0;
         for (int i = 0; i < TEL_REC; i++) r[i*8 +: 8] = be[(TEL_REC - 1 - i)*8 +: 8];
         r[TEL_REC*8 +: TEL_HDR*8] = pkt;
@@ -855,14 +879,14 @@ module incast_switch #(
         tel_drop_q <= !rst && tel_drop_push;
         tel_deq_q <= !rst && tel_deq_push;
         if (tel_drop_push)
-            tel_drop_rec <= postcard(tel_seq, cfg_switch_id[15:0], 16'(sel) + 16'd1, 16'(d_port) + 16'd1,
-                                {5'd0, d_class}, 8'd1, {16'd0, q_pkts[d_q]}, {16'd0, q_pkts[d_q]}, d_occ,
+            tel_drop_rec <= postcard(tel_seq[21:0], cfg_switch_id[15:0], 16'(sel) + 16'd1, 16'(d_port) + 16'd1,
+                                {5'd0, d_class}, 1'b1, {16'd0, q_pkts[d_q]}, {16'd0, q_pkts[d_q]}, d_occ,
                                 d_occ, port_bytes[d_port], port_bytes[d_port], 32'd0, to_us(now, cfg_us_mul), to_us(now, cfg_us_mul),
                                 d_len, d_hash, d_saddr, d_daddr, sh[TEL_HDR*8-1:0],
                                 flen < 16'(TEL_HDR) ? flen[7:0] : 8'(TEL_HDR));
         if (tel_deq_push)
-            tel_deq_rec <= postcard(tel_seq + {31'd0, tel_drop_push}, cfg_switch_id[15:0], 16'(ds_in) + 16'd1,
-                               16'(e_port) + 16'd1, {5'd0, e_class}, 8'd0, {16'd0, ds_qdepth},
+            tel_deq_rec <= postcard(tel_seq[21:0] + {21'd0, tel_drop_push}, cfg_switch_id[15:0], 16'(ds_in) + 16'd1,
+                               16'(e_port) + 16'd1, {5'd0, e_class}, 1'b0, {16'd0, ds_qdepth},
                                {16'd0, q_pkts[e_q] - 16'd1}, ds_occ_enq, occ_deq, ds_port_enq, port_deq,
                                32'(to_us(now, cfg_us_mul) - to_us(ds_enq, cfg_us_mul)), to_us(ds_enq, cfg_us_mul), to_us(now, cfg_us_mul), {16'd0, cur_len},
                                ds_hash, ds_saddr, ds_daddr, departing_header(e_hdr, e_idx, rd_cell_data),
@@ -967,7 +991,7 @@ module incast_switch #(
         if (rst) tel_seq <= '0;
         else tel_seq <= tel_seq + {31'd0, tel_drop_push} + {31'd0, tel_deq_push};
 
-    localparam int TF = 14 + TEL_REC + TEL_HDR;   // the longest postcard frame
+    localparam int TF = TEL_REC + TEL_HDR;        // the longest postcard frame
     typedef enum logic [1:0] {TL_IDLE, TL_SEND, TL_GAP} tlstate_t;
     tlstate_t      tls;
     logic [TF*8-1:0] tl_frame;
@@ -1000,8 +1024,8 @@ module incast_switch #(
                     if (tdrop_pop || tdeq_pop) begin
                         logic [TEL_ENTRY-1:0] e;
                         e = tdrop_pop ? tdrop_head : tdeq_head;
-                        tl_frame <= {e[TEL_ENTRY-9:0], 16'hB588, 48'h0, 48'hFFFFFFFFFFFF};
-                        tl_len <= 16'(14 + TEL_REC) + {8'd0, e[TEL_ENTRY-1 -: 8]};
+                        tl_frame <= e[TEL_ENTRY-9:0];
+                        tl_len <= 16'(TEL_REC) + {8'd0, e[TEL_ENTRY-1 -: 8]};
                         tl_pos <= '0;
                         tl_next_drop <= !tdrop_pop;
                         tls <= TL_SEND;

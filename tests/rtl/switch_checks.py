@@ -343,8 +343,9 @@ async def pause_and_pfc_are_never_forwarded(dut):
 
 @cocotb.test()
 async def telemetry_postcards_read_with_the_scapy_layer(dut):
+    from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
-    from incast.p4.layers import IncastTelemetry
+    from incast.p4.layers import TELEMETRY_UDP_PORT, IntReport, TelemetryReport
     sw = SwitchBench(dut)
     await sw.start()
     await sw.base_config()
@@ -355,13 +356,23 @@ async def telemetry_postcards_read_with_the_scapy_layer(dut):
     await sw.sent_in()
     await sw.release(2)
     await sw.until_idle()
-    recs = [Ether(r.frame)[IncastTelemetry] for r in sw.telemetry.received]
+    frames = [r.frame for r in sw.telemetry.received]
+    recs = [Ether(f)[IntReport] for f in frames]
     assert len(recs) == 5
-    assert [r.seq for r in recs] == list(range(5))
+    assert [Ether(f)[TelemetryReport].seq for f in frames] == list(range(5))
+    for f in frames:   # the same report as incast.p4's: a valid IPv4 header, lengths to the frame's end
+        ip = Ether(f)[IP]
+        again = IP(bytes(ip))
+        del again.chksum
+        assert IP(bytes(again)).chksum == ip.chksum and ip.src == "198.18.0.7"
+        assert ip.len == len(f) - 14 and ip[UDP].dport == TELEMETRY_UDP_PORT
+        assert Ether(f)[TelemetryReport].node_id == 7 and Ether(f)[TelemetryReport].version == 2
+        assert 4 * (Ether(f)[IntReport].rep_len + 1) == len(f) - 14 - 20 - 8 - 8
     for i, r in enumerate(recs):
-        assert r.switch_id == 7 and r.ingress_port == 1 and r.egress_port == 3 and r.queue == 1
-        assert r.event == 0 and r.pkt_len == 542 and r.saddr == 0x0A000001 and r.daddr == 0x0A000003
-        assert r.deq_ts >= r.enq_ts and r.deq_timedelta == r.deq_ts - r.enq_ts
+        assert r.ingress_port == 1 and r.egress_port == 3 and r.queue == 1 and r.md_len == 17
+        assert r.dropped == 0 and r.pkt_len == 542 and r.saddr == 0x0A000001 and r.daddr == 0x0A000003
+        assert r.egress_ts >= r.ingress_ts and r.hop_latency == r.egress_ts - r.ingress_ts
+        assert r.queue_occupancy == r.occ_enq_bytes
         assert r.occ_deq_bytes == 542 * r.deq_qdepth                # what it left behind
         assert Ether(bytes(r.payload))["UDP"].sport == 3000 + i      # the packet's own headers follow
     assert recs[-1].occ_enq_bytes > recs[0].occ_enq_bytes
@@ -372,7 +383,7 @@ async def telemetry_postcards_read_with_the_scapy_layer(dut):
 @cocotb.test()
 async def telemetry_records_drops(dut):
     from scapy.layers.l2 import Ether
-    from incast.p4.layers import IncastTelemetry
+    from incast.p4.layers import IntReport
     sw = SwitchBench(dut)
     await sw.start()
     await sw.base_config()
@@ -384,10 +395,10 @@ async def telemetry_records_drops(dut):
     await sw.sent_in()
     await sw.release(2)
     await sw.until_idle()
-    recs = [Ether(r.frame)[IncastTelemetry] for r in sw.telemetry.received]
+    recs = [Ether(r.frame)[IntReport] for r in sw.telemetry.received]
     drops = await sw.read(DROPS + 2 * 8)
     assert len(recs) == drops and drops >= 3
-    assert all(r.event == 1 and r.egress_port == 3 and r.pkt_len == 1042 for r in recs)
+    assert all(r.dropped == 1 and r.egress_port == 3 and r.pkt_len == 1042 for r in recs)
     assert all(r.occ_enq_bytes + 1042 > 2000 for r in recs)   # what it found: no room
 
 
