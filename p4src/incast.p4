@@ -191,8 +191,8 @@ header int_report_t {
     bit<32> hop_latency;     /* us in the queue */
     bit<8>  queue;           /* class */
     bit<24> queue_occupancy; /* class queue bytes at enqueue (saturates) */
-    bit<64> ingress_ts;      /* us, switch clock: enqueue */
-    bit<64> egress_ts;       /* us, switch clock: dequeue (drop: time of refusal) */
+    bit<64> ingress_ts;      /* us, switch clock: arrival */
+    bit<64> egress_ts;       /* us, switch clock: departure (drop: time of refusal) */
     /* domain-specific metadata (INT_DOMAIN_ID) */
     bit<32> occ_enq_bytes;   /* class queue bytes after admission (drop: before) */
     bit<32> occ_deq_bytes;   /* class queue bytes after departure */
