@@ -108,6 +108,7 @@ build_deps=(g++ make autoconf automake libtool pkg-config cmake bison flex libfl
   libboost-dev libboost-program-options-dev libboost-system-dev libboost-filesystem-dev
   libboost-thread-dev libboost-iostreams-dev libxxhash-dev
   libjsoncpp-dev libevent-dev libgc-dev protobuf-compiler libprotobuf-dev
+  libgtest-dev   # p4c's lib/source_file.h includes gtest/gtest_prod.h (its gtest submodule, absent from --src trees)
   python3 python3-thrift python3-six git ca-certificates)
 # Debian 12's names (the box's distribution); elsewhere the build dependencies above
 # provide the same libraries.
