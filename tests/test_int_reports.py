@@ -2,20 +2,15 @@
 agree: the Scapy layers, the collector's bulk decoder, and tshark with the testbed's
 dissector (scripts/wireshark/int-report.lua). The reports here are built with the
 layers; tests/test_p4_switch.py and tests/rtl/switch_checks.py read the switches' own."""
-import shutil
-import subprocess
-from pathlib import Path
-
 import numpy as np
 import pytest
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
-from scapy.utils import wrpcap
 
+from frame_checks import tshark_fields
 from incast.measure.postcards import TELEMETRY_FRAME, lost_reports
 from incast.p4.layers import TELEMETRY_UDP_PORT, IntReport, TelemetryReport, decode_records, is_report, layout
 
-DISSECTOR = Path(__file__).resolve().parents[1] / "scripts" / "wireshark" / "int-report.lua"
 FIELDS = ["seq", "node_id", "ingress_port", "egress_port", "hop_latency", "queue", "queue_occupancy",
           "ingress_ts", "egress_ts", "occ_enq_bytes", "occ_deq_bytes", "port_enq_bytes", "port_deq_bytes",
           "enq_qdepth", "deq_qdepth", "pkt_len"]
@@ -59,19 +54,11 @@ def test_lost_reports_are_counted_across_the_sequence_numbers_wrap():
 
 
 def test_tshark_names_the_fields_with_the_dissector(tmp_path):
-    tshark = shutil.which("tshark")
-    if tshark is None:
-        pytest.skip("tshark is not installed (scripts/setup.sh installs it)")
     frames = [report(i, dropped=int(i == 3)) for i in range(4)]
-    pcap = tmp_path / "reports.pcap"
-    wrpcap(str(pcap), [Ether(f) for f in frames])
-    out = subprocess.run([tshark, "-n", "-X", f"lua_script:{DISSECTOR}", "-r", str(pcap), "-T", "fields",
-                          "-E", "separator=,", *[a for n in FIELDS + ["dropped", "saddr"] for a in ("-e", f"int_report.{n}")],
-                          "-e", "tcp.srcport"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    rows = [line.split(",") for line in out.stdout.splitlines()]
-    assert len(rows) == 4, out.stdout
+    rows = tshark_fields(frames, FIELDS + ["dropped", "saddr", "tcp.srcport"], tmp_path)
+    if rows is None:
+        pytest.skip("tshark is not installed (scripts/setup.sh installs it)")
+    assert len(rows) == 4, rows
     for f, row in zip(frames, rows):
         pkt = Ether(f)
         want = [getattr(pkt[TelemetryReport] if n in ("seq", "node_id") else pkt[IntReport], n) for n in FIELDS]

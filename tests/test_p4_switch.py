@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import needs_root, switch_output
-from frame_checks import check_ecn_marks
+from frame_checks import check_ecn_marks, check_report_frame, tshark_fields
 from pool_cases import CASES as POOL_CASES
 from pool_cases import admitted as pool_admitted
 
@@ -621,28 +621,18 @@ def test_pfc_received_holds_only_the_class_it_names(rig):
 def test_telemetry_carries_the_packets_queue_values(rig):
     """Each postcard is an INT telemetry report (v2.0) over UDP to the collector, with a
     valid IPv4 header, lengths that count what follows, and the packet's queue state."""
-    from scapy.layers.inet import IP, UDP
+    from scapy.layers.inet import IP
     from scapy.layers.l2 import Ether
-    from incast.p4.layers import TELEMETRY_UDP_PORT, IntReport, TelemetryReport
     rig.settings(tel_mode=1)
     rig.cli(["set_queue_rate 200 3 6"])
     for _ in range(5):
         rig.send(1, udp(1, 3, dscp=8, size=500))
     frames = rig.receive(510, timeout=1.0, count=5)
     assert len(frames) == 5
-    for f in frames:
-        ip = Ether(f)[IP]
-        again = IP(bytes(ip))
-        del again.chksum
-        assert IP(bytes(again)).chksum == ip.chksum                         # the switch's checksum is right
-        assert ip.len == len(f) - 14 and ip[UDP].len == len(f) - 34 and ip[UDP].dport == TELEMETRY_UDP_PORT
-    groups = [Ether(f)[TelemetryReport] for f in frames]
-    recs = [Ether(f)[IntReport] for f in frames]
+    groups, recs = zip(*[check_report_frame(f) for f in frames])
     assert [g.seq for g in groups] == list(range(groups[0].seq, groups[0].seq + 5))
-    assert all(g.version == 2 for g in groups)
-    for f, r in zip(frames, recs):
+    for r in recs:
         assert r.rep_type == 1 and r.in_type == 3 and r.md_len == 17 and r.tracked_flow == 1
-        assert 4 * (r.rep_len + 1) == len(f) - 14 - 20 - 8 - 8   # the report's length: to the frame's end
         assert r.ingress_port == 1 and r.egress_port == 3 and r.queue == 1 and r.dropped == 0
         assert r.pkt_len == 542 and r.saddr == 0x0A000001 and r.daddr == 0x0A000003
         # (no tighter bound: bmv2 reads its clock once for egress_ts and again for the
@@ -660,10 +650,7 @@ def test_telemetry_carries_the_packets_queue_values(rig):
 def test_telemetry_reports_read_alike_by_scapy_the_collector_and_tshark(rig, tmp_path):
     """The switch's own reports, written to a pcap: the collector's bulk decoder and tshark
     with the testbed's dissector read the same values as the Scapy layers."""
-    import shutil
-    import subprocess
     from scapy.layers.l2 import Ether
-    from scapy.utils import wrpcap
     from incast.measure.postcards import TELEMETRY_FRAME
     from incast.p4.layers import IntReport, TelemetryReport, decode_records
     rig.settings(tel_mode=1)
@@ -677,17 +664,10 @@ def test_telemetry_reports_read_alike_by_scapy_the_collector_and_tshark(rig, tmp
     scapy_rows = [[getattr(Ether(f)[TelemetryReport] if n in ("seq", "node_id") else Ether(f)[IntReport], n)
                    for n in names] for f in frames]
     assert [[int(cols[n][i]) for n in names] for i in range(4)] == scapy_rows
-    tshark = shutil.which("tshark")
-    if tshark is None:
+    rows = tshark_fields(frames, names, tmp_path)
+    if rows is None:
         pytest.skip("tshark is not installed (scripts/setup.sh installs it)")
-    pcap = tmp_path / "reports.pcap"
-    wrpcap(str(pcap), [Ether(f) for f in frames])
-    dissector = Path(__file__).resolve().parents[1] / "scripts" / "wireshark" / "int-report.lua"
-    out = subprocess.run([tshark, "-n", "-X", f"lua_script:{dissector}", "-r", str(pcap), "-T", "fields",
-                          "-E", "separator=,", *[a for n in names for a in ("-e", f"int_report.{n}")]],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert [[int(v) for v in line.split(",")] for line in out.stdout.splitlines()] == scapy_rows
+    assert [[int(v) for v in row] for row in rows] == scapy_rows
 
 
 def test_telemetry_above_a_threshold_records_only_the_burst(rig):

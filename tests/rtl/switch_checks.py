@@ -5,7 +5,7 @@ XOFF, that no byte is lost or invented). Ports are 0-based here; postcards numbe
 them from 1."""
 import cocotb
 
-from frame_checks import check_ecn_marks
+from frame_checks import check_ecn_marks, check_report_frame
 from switchbench import (DROP_BYTES, DROPS, ECN, LIMIT, OCC, TX_BYTES, TX_PKTS, XOFF_Q, XON_Q,
                          SwitchBench, host_mac, switch_mac, udp)
 
@@ -343,9 +343,9 @@ async def pause_and_pfc_are_never_forwarded(dut):
 
 @cocotb.test()
 async def telemetry_postcards_read_with_the_scapy_layer(dut):
-    from scapy.layers.inet import IP, UDP
+    from scapy.layers.inet import IP
     from scapy.layers.l2 import Ether
-    from incast.p4.layers import TELEMETRY_UDP_PORT, IntReport, TelemetryReport
+    from incast.p4.layers import IntReport, TelemetryReport
     sw = SwitchBench(dut)
     await sw.start()
     await sw.base_config()
@@ -361,13 +361,8 @@ async def telemetry_postcards_read_with_the_scapy_layer(dut):
     assert len(recs) == 5
     assert [Ether(f)[TelemetryReport].seq for f in frames] == list(range(5))
     for f in frames:   # the same report as incast.p4's: a valid IPv4 header, lengths to the frame's end
-        ip = Ether(f)[IP]
-        again = IP(bytes(ip))
-        del again.chksum
-        assert IP(bytes(again)).chksum == ip.chksum and ip.src == "198.18.0.7"
-        assert ip.len == len(f) - 14 and ip[UDP].dport == TELEMETRY_UDP_PORT
-        assert Ether(f)[TelemetryReport].node_id == 7 and Ether(f)[TelemetryReport].version == 2
-        assert 4 * (Ether(f)[IntReport].rep_len + 1) == len(f) - 14 - 20 - 8 - 8
+        group, _ = check_report_frame(f)
+        assert Ether(f)[IP].src == "198.18.0.7" and group.node_id == 7
     for i, r in enumerate(recs):
         assert r.ingress_port == 1 and r.egress_port == 3 and r.queue == 1 and r.md_len == 17
         assert r.dropped == 0 and r.pkt_len == 542 and r.saddr == 0x0A000001 and r.daddr == 0x0A000003
