@@ -33,9 +33,15 @@
 #                  under it, then bmv2 configured --with-pi --with-thrift (the server
 #                  also answers simple_switch_CLI, for registers and queues, which
 #                  P4Runtime lacks). gRPC and protobuf are the distribution's (Debian
-#                  12: 1.51.1 and 3.21.12). Tools already there count only with
-#                  simple_switch_grpc; a prefix without it gets PI and bmv2 built
-#                  again (not p4c, when it is there at the pinned release)
+#                  12: 1.51.1 and 3.21.12). PI and bmv2 get the patches in
+#                  scripts/p4-patches/ (P4Runtime register reads and writes; the
+#                  egress queues from a file at start, simple_switch_grpc
+#                  --queue-config), so that the testbed programs a switch through
+#                  P4Runtime alone. Tools already there count only with
+#                  simple_switch_grpc built with these patches (the prefix's
+#                  share/incast-p4/patches names them by their hash); a prefix
+#                  without it gets PI and bmv2 built again (not p4c, when it is
+#                  there at the pinned release)
 #   --dry-run      print what would be installed, built and written, and stop
 # The prefix is made known to ld.so and Python by /etc/ld.so.conf.d/NAME.conf and
 # /usr/lib/python3/dist-packages/NAME.pth, NAME being incast-p4 for /opt/p4 and
@@ -59,6 +65,11 @@ P4C_GIT=https://github.com/p4lang/p4c.git
 PI_COMMIT=f96af95e090619491e3abf2df69df340c2c9cb46
 PI_GIT=https://github.com/p4lang/PI.git
 PI_SUBMODULES=(proto/p4runtime proto/openconfig/gnmi third_party/uthash third_party/googletest)
+# Our patches to PI and bmv2 (git format-patch, applied in name order to the tree of
+# the directory they are in), and their hash: a prefix records the hash it was built
+# with, and a different one (patches added or changed) builds PI and bmv2 again.
+PATCHES=$(cd "$(dirname "$0")" && pwd)/p4-patches
+patch_key=$(cd "$PATCHES" && find . -name '*.patch' | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16)
 OBS=https://download.opensuse.org/repositories
 
 prefix=/opt/p4
@@ -97,6 +108,7 @@ else
   tag=incast-p4_$(printf '%s' "$prefix" | sed 's|^/opt/||; s|^p4-||; s|[^A-Za-z0-9.-]|-|g; s|^[-.]*||')
 fi
 ldconf=/etc/ld.so.conf.d/$tag.conf
+patch_mark=$prefix/share/incast-p4/patches
 pth=/usr/lib/python3/dist-packages/$tag.pth
 work=/var/tmp/$tag-build
 
@@ -201,6 +213,7 @@ if [ "$dry_run" = 1 ]; then
   echo "apt runtime: ${runtime_deps[*]}"
   if [ "$grpc" = 1 ]; then
     echo "PI $PI_COMMIT: configure ${pi_configure[*]}"
+    echo "patches ($patch_key): $(cd "$PATCHES" && find . -name '*.patch' | LC_ALL=C sort | tr '\n' ' ')"
   fi
   echo "bmv2 $BMV2_TAG: configure ${bmv2_configure[*]}"
   echo "bmv2 make: ${bmv2_build_dirs[*]}"
@@ -224,12 +237,16 @@ version_of() { "$1" --version 2>&1 | grep -oE '[0-9]+(\.[0-9]+){2,3}' | head -1 
 at_least() { [ -n "$1" ] && dpkg --compare-versions "$1" ge "$2"; }
 
 min_version() { case $1 in p4c*) echo "$P4C_MIN" ;; *) echo "$BMV2_MIN" ;; esac; }
-# The programs, found as `which` finds them (the prefix's bin first), recent enough?
+# With --grpc, was the prefix's PI and bmv2 built with today's patches?
+patched() { [ "$grpc" = 0 ] || [ "$(cat "$patch_mark" 2>/dev/null)" = "$patch_key" ]; }
+# The programs, found as `which` finds them (the prefix's bin first), recent enough
+# (and with --grpc, simple_switch_grpc the prefix's, patched)?
 tools_ok() {
   local t f
   for t in "${programs[@]}"; do
     f=$(PATH="$prefix/bin:$PATH" command -v "$t" || true)
     [ -n "$f" ] && at_least "$(version_of "$f")" "$(min_version "$t")" || return 1
+    if [ "$t" = simple_switch_grpc ]; then [ "$f" = "$prefix/bin/$t" ] && patched || return 1; fi
   done
 }
 
@@ -351,7 +368,11 @@ try_packages() {
   return 1
 }
 
-if [ "$from" != source ]; then
+if [ "$grpc" = 1 ] && [ "$from" != source ]; then
+  # p4lang's packages are not built with scripts/p4-patches/
+  [ "$from" = packages ] && { log "--grpc needs PI and bmv2 with scripts/p4-patches/, which p4lang's packages lack"; exit 1; }
+  log "--grpc: building PI and bmv2 with scripts/p4-patches/ (p4lang's packages lack them)"
+elif [ "$from" != source ]; then
   if try_packages; then
     report "p4lang's packages"
     exit 0
@@ -388,7 +409,7 @@ log "build dependencies (apt): $(($(date +%s) - t)) s, load average $(load)"
 # An interrupted build resumes: the trees stay while they hold the same releases from
 # the same place (make redoes only what is missing); anything else starts afresh.
 sources="bmv2 $BMV2_TAG p4c $P4C_TAG from ${src:-$BMV2_GIT $P4C_GIT}"
-if [ "$grpc" = 1 ]; then sources+=", PI $PI_COMMIT${src:+ from $src/PI}"; fi
+if [ "$grpc" = 1 ]; then sources+=", PI $PI_COMMIT${src:+ from $src/PI}, patches $patch_key"; fi
 if [ "$(cat "$work/.sources" 2>/dev/null)" != "$sources" ]; then
   rm -rf "$work"
   mkdir -p "$work"
@@ -410,6 +431,15 @@ if [ "$(cat "$work/.sources" 2>/dev/null)" != "$sources" ]; then
       git -C "$work/PI" submodule -q update --init "${PI_SUBMODULES[@]}"
     fi
   fi
+  if [ "$grpc" = 1 ]; then
+    for d in PI behavioral-model; do
+      for f in $(cd "$PATCHES/$d" && find . -name '*.patch' | LC_ALL=C sort); do
+        log "patching $d: ${f#./}"
+        # --directory-free: git apply works on the tree it is run in, a clone or a copy
+        (cd "$work/$d" && git apply --whitespace=nowarn "$PATCHES/$d/$f")
+      done
+    done
+  fi
   echo "$sources" > "$work/.sources"
 else
   log "resuming the build in $work"
@@ -420,6 +450,7 @@ fi
 # each program bmv2 is to give.
 bmv2_there() {
   local t
+  patched || return 1
   for t in "${programs[@]}"; do
     case $t in p4c*) continue ;; esac
     at_least "$(version_of "$prefix/bin/$t")" "$BMV2_TAG" || return 1
@@ -452,6 +483,7 @@ else
   step "bmv2 install" "$blog" in_dir "$bsrc" sh -c 'for d; do make -C "$d" install || exit; done' \
     sh "${bmv2_install_dirs[@]}"
   log "bmv2: installed in $(($(date +%s) - tb)) s"
+  if [ "$grpc" = 1 ]; then mkdir -p "${patch_mark%/*}" && echo "$patch_key" > "$patch_mark"; fi
 fi
 t1=$(date +%s)
 

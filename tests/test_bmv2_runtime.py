@@ -90,12 +90,40 @@ class GrpcSwitch:
         subprocess.run(["ip", "netns", "del", self.ns])
 
 
+class RegisterCell:
+    """A register cell to write (MODIFY), as Runtime.write takes the plane's items."""
+
+    def __init__(self, name: str, index: int, value: int):
+        self.name, self.index, self.value = name, index, value
+
+    def entity(self):
+        return ~p4rt.finsy.P4RegisterEntry(self.name, index=self.index, data=self.value)
+
+
+def test_queue_config_refuses_a_line_it_cannot_take(tmp_path):
+    """simple_switch_grpc --queue-config (scripts/p4-patches/) stops the switch at a
+    line it cannot take, naming the file and the line: here a priority past the
+    eight queues --priority-queues gives each port."""
+    exe = bmv2.tool("simple_switch_grpc")
+    if not exe or not bmv2.queue_config_supported(exe):
+        pytest.skip("no simple_switch_grpc with --queue-config (scripts/install-p4.sh --grpc builds it)")
+    config = tmp_path / "queues"
+    config.write_text("# the client's port\nset_queue_rate 812 1 7\nset_queue_depth 100 1 8\n")
+    r = subprocess.run([exe, "--no-p4", "--thrift-port", "0", "--", "--priority-queues", "8",
+                        "--grpc-server-addr", f"unix:{tmp_path}/s.grpc", "--queue-config", str(config)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert f"{config}:3: not a queue setting" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
 @needs_root
 def test_a_client_programs_a_switch_by_name(runtime_present, tmp_path):
     """The plane's own entries, groups and sessions, written by name, read back the
     same; a whole counter array in one Read; a reader with a lower election id reads
-    and is refused writes; registers are not readable over P4Runtime (why they stay
-    on Thrift)."""
+    and is refused writes. Registers: with scripts/p4-patches/ a cell written by the
+    primary reads back, alone or in its whole array, and an index past the array is
+    refused; without them the server refuses register reads (why the plane then
+    reads them over Thrift)."""
     json_path = runtime_present
     sw = GrpcSwitch(tmp_path)
     ours = reader = None
@@ -129,8 +157,19 @@ def test_a_client_programs_a_switch_by_name(runtime_present, tmp_path):
         with pytest.raises(p4rt.P4RuntimeFailed, match="PERMISSION_DENIED"):
             reader.write([bmv2.table_entry(json_path, "IncastIngress.classify_dscp", "IncastIngress.set_class",
                                            16, 2)])
-        with pytest.raises(p4rt.P4RuntimeFailed, match="[Rr]egister"):
-            reader._read([p4rt.finsy.P4RegisterEntry("occ_bytes", index=8)])
+        if bmv2.queue_config_supported():
+            ours.write([RegisterCell("occ_bytes", 9, 0x12345)])
+            assert reader.read_registers([("occ_bytes", 9), ("occ_bytes", 8)]) == [0x12345, 0]
+            whole = reader.read_registers([("occ_bytes", None)])
+            assert len(whole) == queues and whole[9] == 0x12345 and sum(whole) == 0x12345
+            assert ours.counts()["updates"]["register_entry"] == 1
+            with pytest.raises(p4rt.P4RuntimeFailed, match="OUT_OF_RANGE"):
+                reader.read_registers([("occ_bytes", queues)])
+            with pytest.raises(p4rt.P4RuntimeFailed, match="PERMISSION_DENIED"):
+                reader.write([RegisterCell("occ_bytes", 9, 0)])
+        else:
+            with pytest.raises(p4rt.P4RuntimeFailed, match="[Rr]egister"):
+                reader._read([p4rt.finsy.P4RegisterEntry("occ_bytes", index=8)])
     finally:
         for client in (reader, ours):
             if client is not None:
@@ -220,10 +259,22 @@ def test_a_run_is_programmed_over_p4runtime(runtime_present, tmp_path, no_leftov
     it sent, by kind."""
     json_path = runtime_present
     out = tmp_path / "r"
+    env = dict(os.environ)
+    alone = bmv2.queue_config_supported()
+    tripwire = tmp_path / "simple_switch_CLI.called"
+    if alone:
+        # P4Runtime alone: a simple_switch_CLI first on PATH that records any call
+        # (the plane's only way to a Thrift session) and fails it.
+        shim = tmp_path / "bin"
+        shim.mkdir()
+        (shim / "simple_switch_CLI").write_text(f'#!/bin/sh\necho "$@" >> {tripwire}\nexit 1\n')
+        (shim / "simple_switch_CLI").chmod(0o755)
+        env["PATH"] = f"{shim}:{env['PATH']}"
     proc = subprocess.Popen([sys.executable, "-m", "incast", "run", "--switch", "bmv2", "--senders", "4",
                              "--link-rate", "10Mbit", "--buffer", "32KiB", "--sru", "8KiB", "--blocks", "60",
                              "--warmup", "2", "--json", "--out", str(out)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    occupancy = []
     reader = None
     try:
         deadline = time.monotonic() + 300
@@ -243,6 +294,14 @@ def test_a_run_is_programmed_over_p4runtime(runtime_present, tmp_path, no_leftov
             time.sleep(0.5)
             grown = sum(b for _, b in reader.read_counters([("IncastEgress.tx", None)]))
         assert grown > first, (first, grown)
+        if alone:
+            # The queue registers, read by the second client while the blocks run:
+            # the client port's queues fill (4 senders into 10 Mbit/s) within their
+            # byte limit.
+            while not any(occupancy) and proc.poll() is None and time.monotonic() < deadline:
+                occupancy = reader.read_registers([("occ_bytes", None)])
+            assert len(occupancy) == p4program.constants()["NQUEUES"], len(occupancy)
+            assert 0 < max(occupancy) <= 32 * 1024, occupancy
         with pytest.raises(p4rt.P4RuntimeFailed, match="PERMISSION_DENIED"):
             reader.write([bmv2.table_entry(json_path, "IncastIngress.classify_dscp", "IncastIngress.set_class",
                                            63, 1)])
@@ -253,9 +312,17 @@ def test_a_run_is_programmed_over_p4runtime(runtime_present, tmp_path, no_leftov
     assert proc.returncode == 0, stderr[-2000:]
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["goodput_mbps"] > 0, summary
-    assert summary["switch_control"] == "p4runtime"
     run = Path(summary["run_dir"])
     assert "went over P4Runtime" in (run / "switch.cli").read_text()
+    if alone:
+        assert summary["switch_control"] == "p4runtime"
+        assert not tripwire.exists(), tripwire.read_text()
+        assert "--queue-config" in (run / "switch.cli").read_text()
+        # The queues' rate came from the file: the client's port sent no faster
+        # than its 10 Mbit/s.
+        assert summary["goodput_mbps"] < 10, summary
+    else:
+        assert summary["switch_control"] == "p4runtime+thrift"
     counts = json.loads((run / "switch.p4rt-messages.json").read_text())
     total = counts["total"]
     assert total["messages"]["SetForwardingPipelineConfigRequest"] == 1

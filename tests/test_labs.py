@@ -44,10 +44,11 @@ def test_lab_starter_writes_the_reference_with_its_regions_as_todos(tmp_path):
     reference = (labs.get(9).path / "solution" / "p4rt_buffer.py").read_text()
     starter = (tmp_path / "nine" / "p4rt_buffer.py").read_text()
     regions = reference.count("# lab 9 begin:")
-    assert regions == 3 and starter.count("# TODO (lab 9):") == regions
+    assert regions == 4 and starter.count("# TODO (lab 9):") == regions
     assert "# lab 9" not in starter and "sw.modify(" not in starter and "default=20" not in starter
+    assert "sw.read(fy.P4RegisterEntry" not in starter
     assert starter.count('raise NotImplementedError("TODO (lab 9)') + starter.count(
-        'raise NotImplementedError(f"TODO (lab 9)') == 2
+        'raise NotImplementedError(f"TODO (lab 9)') == 3
     compile(starter, "p4rt_buffer.py", "exec")
     # outside the regions, line for line the reference
     outside = [ln for ln in reference.splitlines() if ln not in starter.splitlines()]
@@ -119,9 +120,11 @@ def test_the_rtl_lab_solution_passes_its_check(tmp_path):
 @pytest.mark.p4
 def test_the_p4runtime_lab_solution_takes_the_switch_over_and_passes(tmp_path, no_leftovers):
     """Lab 9: the reference's client takes the running switch over and deepens the client's
-    port's buffer half-way; the run still ends well (the testbed's controller reads on
-    as a backup and records that it lost the primary role), the check finds the change
-    in the run's own tables, the collapse is gone after it, and wrong answers are caught."""
+    port's buffer half-way, reading the queue's occupancy register over P4Runtime; the
+    run still ends well (the testbed's controller reads on as a backup and records that
+    it lost the primary role), the check finds the change in the run's own tables, the
+    collapse is gone after it, the occupancy the client read stayed within the old
+    limit before and passed it after, and wrong answers are caught."""
     lab = labs.get(9)
     if lab.needs():
         pytest.skip("lab 9 needs " + ", ".join(lab.needs()))
@@ -131,7 +134,9 @@ def test_the_p4runtime_lab_solution_takes_the_switch_over_and_passes(tmp_path, n
     assert summary["blocks"] == SMALL[9]["blocks"] and summary["max_queue_bytes"] > 16384, summary
     assert answers["goodput_after_mbps"] > answers["goodput_before_mbps"], answers
     assert answers["timeouts_after"] < answers["timeouts_before"], answers
+    assert 0 < answers["occupancy_peak_before_bytes"] <= 16384 < answers["occupancy_peak_after_bytes"], answers
     for key, wrong in (("change_block", answers["change_block"] + 1),
+                       ("occupancy_peak_before_bytes", 16385), ("occupancy_peak_after_bytes", 16384),
                        ("goodput_after_mbps", answers["goodput_after_mbps"] * 0.8),
                        ("timeouts_before", answers["timeouts_before"] + 1)):
         problems = labs.check(lab, {**answers, key: wrong})

@@ -48,30 +48,84 @@ def _require_bmv2():
 
 
 class Rig:
-    """simple_switch running incast.p4 on NPORTS veth ports in a scratch namespace."""
+    """bmv2 running incast.p4 on NPORTS veth ports in a scratch namespace. Programmed
+    through P4Runtime alone where simple_switch_grpc has scripts/p4-patches/ (the
+    plane's way): its table entries, groups and sessions written and its counters and
+    registers read over P4Runtime, its queues' rates given in its --queue-config file,
+    so the switch starts at the test's first packet or read, once the test has said
+    them (a rate set later fails). Elsewhere simple_switch over Thrift."""
     target = "bmv2"
+    runtime_only = False
+    proc = None
 
     def __init__(self, json_path):
         self.json_path = json_path
         self.current = {}       # the settings given so far (configure takes them all at once)
-        self.handles = {}       # (table, queue index) -> its entry's handle
+        self.handles = {}       # Thrift: (table, queue index) -> its entry's handle
         self.queues = {}        # (port, class) -> its settings given so far
+        self.runtime_only = bmv2.runtime_missing() is None and bmv2.queue_config_supported()
+        self.runtime = None
+        self.pending = {}       # P4Runtime, before the start: what to write then, by key
+        self.written = set()    # P4Runtime: the keys of the entries the switch has
+        self.queue_lines = []   # P4Runtime: the --queue-config file
         links = [(f"s{bmv2.HOLD_PORT}", f"s{bmv2.HOLD_RETURN_PORT}", "02:00:00:00:ff:fd")]
         self._wires(links)
-        args = ["ip", "netns", "exec", self.ns, bmv2.tool("simple_switch"), "--thrift-port", "9090",
-                "--log-console", "-L", "info"]
-        for n in range(1, NPORTS + 1):
-            args += ["-i", f"{n}@s{n}"]
         self.notify = f"/tmp/{self.ns}.notify"
-        for n in (bmv2.HOLD_PORT, bmv2.HOLD_RETURN_PORT):
-            args += ["-i", f"{n}@s{n}"]
-        args += ["-i", "510@s510", "--notifications-addr", f"ipc://{self.notify}", str(json_path),
-                 "--", "--priority-queues", "8"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.log = switch_output(self.proc)
-        self._until_serving()
+        self.grpc = Path(f"/tmp/{self.ns}.grpc")
+        self.queue_file = Path(f"/tmp/{self.ns}.queues")
         self.socks = {n: self.pool.submit(self._open, f"h{n}").result() for n in list(range(1, NPORTS + 1)) + [510]}
+        if not self.runtime_only:
+            self._launch()
+            self._until_serving()
         self.base_config()
+
+    def _launch(self):
+        args = ["ip", "netns", "exec", self.ns,
+                bmv2.tool("simple_switch_grpc" if self.runtime_only else "simple_switch"),
+                "--thrift-port", "9090", "--log-console", "-L", "info"]
+        for n in list(range(1, NPORTS + 1)) + [bmv2.HOLD_PORT, bmv2.HOLD_RETURN_PORT, 510]:
+            args += ["-i", f"{n}@s{n}"]
+        args += ["--notifications-addr", f"ipc://{self.notify}"]
+        if self.runtime_only:
+            self.queue_file.write_text("".join(f"{line}\n" for line in self.queue_lines))
+            args += ["--no-p4", "--", "--grpc-server-addr", f"unix:{self.grpc}", "--queue-config",
+                     str(self.queue_file)]
+        else:
+            args += [str(self.json_path), "--"]
+        self.proc = subprocess.Popen(args + ["--priority-queues", "8"], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT)
+        self.log = switch_output(self.proc)
+
+    def _start(self):
+        """P4Runtime: start the switch at the first packet or read, with the queues and
+        entries given so far."""
+        if not self.runtime_only or self.proc is not None:
+            return
+        from incast.dataplane import bmv2_runtime as p4rt
+        self._launch()
+        self.runtime = p4rt.Runtime(f"unix:{self.grpc}", self.json_path.parent / bmv2.P4INFO_NAME, self.json_path,
+                                    name=self.ns).connect()
+        self.runtime.push_pipeline()
+        items, self.pending = list(self.pending.values()), {}
+        self._write(items)
+
+    @staticmethod
+    def _key(item):
+        if hasattr(item, "table"):
+            return (item.table, item.default, tuple(sorted(item.match.items())))
+        return (type(item).__name__, item.same()[1])
+
+    def _write(self, items):
+        """P4Runtime: entries, groups and sessions, kept until the start or written; an
+        entry the switch has already is modified."""
+        import dataclasses
+        if self.proc is None:
+            self.pending.update((self._key(x), x) for x in items)
+            return
+        items = [dataclasses.replace(x, modify=True) if self._key(x) in self.written and hasattr(x, "table")
+                 and not x.default else x for x in items]
+        self.runtime.write(items)
+        self.written.update(self._key(x) for x in items)
 
     def _until_serving(self, deadline_s=60.0):
         """bmv2 logs "Thrift server was started" before it serves the simple_switch
@@ -115,6 +169,22 @@ class Rig:
         return s
 
     def base_config(self, limit=32768):
+        if self.runtime_only:
+            from incast.dataplane import bmv2_runtime as p4rt
+            ports = tuple(range(1, NPORTS + 1))
+            self._write([bmv2.table_entry(self.json_path, "IncastIngress.l2_forward", "IncastIngress.set_egress",
+                                          MACS[n], n) for n in ports]
+                        + [bmv2.port_mac_entry(self.json_path, n, SWITCH_MACS[n]) for n in ports]
+                        + [p4rt.Group(1, ports, rid=0), p4rt.Group(2, ports, rid=1, node=1),
+                           p4rt.Clone(bmv2.PAUSE_MC_SESSION, ports, group=2),
+                           p4rt.Clone(bmv2.TELEMETRY_SESSION, (510,))]
+                        + [bmv2.table_entry(self.json_path, "IncastIngress.classify_dscp",
+                                            "IncastIngress.set_class", dscp, c) for dscp, c in ((8, 1), (16, 2))])
+            self.settings()
+            for n in ports:
+                for c in range(8):
+                    self.queue(n, c, limit=limit)
+            return
         cmds = []
         for n in range(1, NPORTS + 1):
             cmds.append(f"table_add IncastIngress.l2_forward IncastIngress.set_egress {MACS[n]} => {n}")
@@ -138,13 +208,19 @@ class Rig:
         """Set these of the switch's settings (incast.p4's configure), the others as
         they were."""
         self.current.update(kw)
-        self.cli(bmv2.settings_commands(self.json_path, self.current))
+        if self.runtime_only:
+            self._write(bmv2.settings_entries(self.json_path, self.current))
+        else:
+            self.cli(bmv2.settings_commands(self.json_path, self.current))
 
     def queue(self, port, cls, **kw):
         """Set these of a (port, class) queue's settings (limit, xoff, xon), the others
         as they were: its entries added, or changed where it has them."""
         current = self.queues.setdefault((port, cls), {})
         current.update(kw)
+        if self.runtime_only:
+            self._write(bmv2.queue_entries(self.json_path, port, cls, **current))
+            return
         for cmd in bmv2.queue_commands(self.json_path, port, cls, **current):
             w = cmd.split()
             key = (w[1], int(w[3]))
@@ -155,6 +231,15 @@ class Rig:
                 self.handles[key] = int(out.split("handle")[-1].split()[0])
 
     def cli(self, cmds):
+        """simple_switch_CLI commands; P4Runtime: only the queues' rates and depths,
+        before the switch starts (its --queue-config)."""
+        if self.runtime_only:
+            for cmd in cmds:
+                assert cmd.split()[0] in ("set_queue_rate", "set_queue_depth"), \
+                    f"no Thrift command on a switch programmed through P4Runtime: {cmd}"
+                assert self.proc is None, f"{cmd}: the queues are set when the switch starts, before any packet"
+            self.queue_lines += cmds
+            return ""
         r = subprocess.run(["ip", "netns", "exec", self.ns, bmv2.tool("simple_switch_CLI"), "--thrift-port", "9090"],
                            input="\n".join(cmds) + "\n", capture_output=True, text=True, check=True)
         bad = [ln for ln in r.stdout.splitlines() if "Error" in ln or "Invalid" in ln]
@@ -162,18 +247,27 @@ class Rig:
         return r.stdout
 
     def counter(self, name, index):
+        """(packets, bytes) of a counter's cell."""
+        if self.runtime_only:
+            self._start()
+            return self.runtime.read_counters([(name, index)])[0]
         return bmv2._parse_value([ln for ln in self.cli([f"counter_read {name} {index}"]).splitlines()
                                   if "[" in ln and "=" in ln][0])
 
     def register(self, name, index):
+        if self.runtime_only:
+            self._start()
+            return self.runtime.read_registers([(name, index)])[0]
         return bmv2._parse_value([ln for ln in self.cli([f"register_read {name} {index}"]).splitlines()
                                   if "[" in ln and "=" in ln][0])[0]
 
     def send(self, port, frame: bytes):
+        self._start()
         self.socks[port].send(frame)
 
     def receive(self, port, timeout=0.5, count=None):
         """Frames the switch sent out of port (not those the test itself sent)."""
+        self._start()
         s = self.socks[port]
         got, end = [], time.monotonic() + timeout
         while time.monotonic() < end and (count is None or len(got) < count):
@@ -187,12 +281,16 @@ class Rig:
         return got
 
     def alive(self):
-        return self.proc.poll() is None
+        return self.proc is not None and self.proc.poll() is None
 
     def close(self):
-        self.proc.kill()
-        self.proc.wait()
-        Path(self.notify).unlink(missing_ok=True)
+        if self.runtime is not None:
+            self.runtime.close()
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+        for path in (self.notify, self.grpc, self.queue_file):
+            Path(path).unlink(missing_ok=True)
         for s in self.socks.values():
             s.close()
         self.pool.shutdown()

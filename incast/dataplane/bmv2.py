@@ -21,12 +21,17 @@ where it can obey PAUSE itself: incast/network/flow_control.py).
 How a switch is programmed. Where simple_switch_grpc is on PATH (and the P4Runtime
 client library, finsy, is installed), each switch is a simple_switch_grpc started
 without a program; the plane connects to it as its P4Runtime controller
-(incast.dataplane.bmv2_runtime), pushes the pipeline and writes the tables' entries and
-default actions, the multicast groups and the clone sessions over P4Runtime, and reads
-the counters over P4Runtime. Its Thrift session (simple_switch_CLI) keeps what
-P4Runtime cannot do on bmv2: the queues' depth and rate, and register reads (the list,
-with why, is bmv2_runtime's). Without simple_switch_grpc, or with
-INCAST_BMV2_CONTROL=thrift, every command goes over Thrift as before.
+(incast.dataplane.bmv2_runtime), pushes the pipeline, writes the tables' entries and
+default actions, the multicast groups and the clone sessions, and reads the counters
+and registers, all over P4Runtime. The egress queues' depth and rate, which P4Runtime
+has no entity for, are given to the switch at start in a file (--queue-config), so the
+switch is started only once the plane knows its ports (configure), and no Thrift
+session is opened. Both need the patches scripts/install-p4.sh --grpc applies
+(scripts/p4-patches/); a simple_switch_grpc without them (queue_config_supported)
+starts with the network and gets its queues and register reads over its Thrift
+session (simple_switch_CLI). Without simple_switch_grpc, or with
+INCAST_BMV2_CONTROL=thrift, every command goes over Thrift. The run's switch_control
+says which of the three it was.
 """
 from __future__ import annotations
 
@@ -101,6 +106,19 @@ def runtime_missing() -> str | None:
     if not tool("simple_switch_grpc"):
         return "simple_switch_grpc is not on PATH"
     return p4rt.missing()
+
+
+@functools.cache
+def queue_config_supported(exe: str | None = None) -> bool:
+    """Whether simple_switch_grpc takes its egress queues from a file at start
+    (--queue-config; scripts/p4-patches/, whose PI patch serves register reads over
+    P4Runtime too): then a switch is programmed through P4Runtime alone. --help lists
+    the target's own options too."""
+    exe = exe or tool("simple_switch_grpc")
+    if not exe:
+        return False
+    r = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    return "--queue-config" in r.stdout + r.stderr
 
 
 def tool_version(exe: str) -> tuple[str, str]:
@@ -184,6 +202,8 @@ class Bmv2Switch(Switch):
 
     def __init__(self, name, json_path=None, device_id=0, log_dir=None, p4runtime=False, **params):
         Switch.__init__(self, name, **params)
+        # P4Runtime alone: the queues from a file at start, registers over P4Runtime.
+        self.runtime_only = p4runtime and queue_config_supported()
         self.json_path = json_path
         self.device_id = device_id
         self.thrift_port = THRIFT_BASE_PORT + device_id
@@ -203,6 +223,9 @@ class Bmv2Switch(Switch):
         self.hold_return_intf = f"{name}-holdr"
 
     def start(self, controllers):
+        """The switch's extra ports, and its process, unless it is to be programmed
+        through P4Runtime alone: then the plane starts it (launch) once it knows the
+        queues to give it."""
         netdev.add_veth(self.tel_intf, self.collector_intf)
         netdev.add_veth(self.hold_intf, self.hold_return_intf)
         ports = [(self.ports[i], i.name) for i in self.intfList() if i.name != "lo"]
@@ -212,6 +235,14 @@ class Bmv2Switch(Switch):
         netdev.batch("ip", [f"link set dev {n} mtu {HOLD_MTU}" for n in (self.hold_intf, self.hold_return_intf)])
         netdev.set_up(links)
         netdev.offloads_off(links)
+        if not self.runtime_only:
+            self.launch()
+
+    def launch(self, queue_lines: list[str] | None = None) -> None:
+        """Start the switch process; with P4Runtime, connect to it as its primary and
+        push the program. queue_lines: set_queue_depth and set_queue_rate lines, its
+        --queue-config file (runtime_only)."""
+        ports = [(self.ports[i], i.name) for i in self.intfList() if i.name != "lo"]
         args = [tool("simple_switch_grpc" if self.p4runtime else "simple_switch"), "--device-id",
                 str(self.device_id), "--thrift-port", str(self.thrift_port), "--log-console", "-L", "info"]
         for number, intf in sorted(ports):
@@ -223,6 +254,10 @@ class Bmv2Switch(Switch):
         if self.p4runtime:      # the program comes over P4Runtime
             Path(self.grpc_path).unlink(missing_ok=True)
             args += ["--no-p4", "--", "--grpc-server-addr", self.grpc_address]
+            if queue_lines is not None:
+                self.queue_path = Path(f"{self.grpc_path[:-len('.grpc')]}.queues")
+                self.queue_path.write_text("\n".join(queue_lines) + "\n")
+                args += ["--queue-config", str(self.queue_path)]
         else:
             args += [str(self.json_path), "--"]
         args += ["--priority-queues", str(PRIORITY_QUEUES)]
@@ -247,7 +282,8 @@ class Bmv2Switch(Switch):
             self.runtime = p4rt.Runtime(self.grpc_address, self.json_path.parent / P4INFO_NAME, self.json_path,
                                         device_id=self.device_id, name=self.name).connect()
             self.runtime.push_pipeline()
-        self.session = serving_session(self.name, self.thrift_port, lambda: self.proc.poll() is None)
+        if not self.runtime_only:
+            self.session = serving_session(self.name, self.thrift_port, lambda: self.proc.poll() is None)
 
     def stop(self, deleteIntfs=True):
         if self.runtime is not None:
@@ -263,12 +299,17 @@ class Bmv2Switch(Switch):
         Path(getattr(self, "notify", "/nonexistent")).unlink(missing_ok=True)
         if self.p4runtime:
             Path(self.grpc_path).unlink(missing_ok=True)
+            Path(getattr(self, "queue_path", "/nonexistent")).unlink(missing_ok=True)
         super().stop(deleteIntfs)
 
     def cli(self, commands: list[str]) -> str:
         """Run simple_switch_CLI commands (Thrift, on this namespace's loopback) in this
         switch's CLI session, started at the first call (the configuration, before any
-        traffic) and kept until the switch stops."""
+        traffic) and kept until the switch stops. Never for a switch programmed through
+        P4Runtime alone."""
+        if self.runtime_only:
+            raise RuntimeError(f"{self.name} is programmed through P4Runtime alone: no Thrift command "
+                               f"({commands[0] if commands else ''})")
         if self.session is None:
             self.session = CliSession(self.name, self.thrift_port)
         out = self.session.run(commands)
@@ -500,7 +541,7 @@ class Bmv2DataPlane(DataPlane):
             bmv2_version()
         except MissingFeature as e:
             return str(e)
-        if not tool("simple_switch_CLI"):
+        if not tool("simple_switch_CLI") and not (runtime_missing() is None and queue_config_supported()):
             return "simple_switch_CLI is not on PATH (it comes with bmv2)"
         return None
 
@@ -619,17 +660,24 @@ class Bmv2DataPlane(DataPlane):
         for sw in self.switches:
             items = self.commands(sw, net, client, toward[sw.name], flood[sw.name])
             self.intended[sw.name] = [c for c in items if not isinstance(c, str)]
-            if sw.runtime is not None:
+            if sw.runtime_only:     # the queues in its --queue-config file, the rest over P4Runtime
                 cmds = [c for c in items if isinstance(c, str)]
-                sw.runtime.write(self.intended[sw.name])
+                sw.launch(cmds)
+                head = (f"# {sw.name}: its --queue-config file (the queues); its tables, multicast groups "
+                        "and clone sessions went over P4Runtime (switch.p4rt.txt)")
+            elif sw.runtime is not None:
+                cmds = [c for c in items if isinstance(c, str)]
                 head = (f"# {sw.name} (thrift port {sw.thrift_port}): the queues; its tables, multicast groups "
                         "and clone sessions went over P4Runtime (switch.p4rt.txt)")
-                written.append(f"# switch {sw.name}: P4Runtime {sw.grpc_address}, device id {sw.device_id}\n"
-                               + "\n".join(sw.runtime.written))
             else:
                 cmds = [line for c in items for line in p4rt.cli_lines(c)]
                 head = f"# {sw.name} (thrift port {sw.thrift_port})"
-            sw.cli(cmds)
+            if sw.runtime is not None:
+                sw.runtime.write(self.intended[sw.name])
+                written.append(f"# switch {sw.name}: P4Runtime {sw.grpc_address}, device id {sw.device_id}\n"
+                               + "\n".join(sw.runtime.written))
+            if not sw.runtime_only:
+                sw.cli(cmds)
             scripts.append(head + "\n" + "\n".join(cmds))
         self.cli_script = "\n".join(scripts) + "\n"
         self.p4rt_script = "\n".join(written) + "\n" if written else ""
@@ -637,15 +685,22 @@ class Bmv2DataPlane(DataPlane):
 
     def _read(self, sw, names_idx: list[tuple[str, str, int]]) -> list[tuple[int, int]]:
         """(packets, bytes) of each counter ("c", name, index), (value, 0) of each
-        register ("r", name, index), in order: the counters over P4Runtime where the
-        switch has it (one Read), the registers (and without it the counters) over
-        its Thrift session."""
+        register ("r", name, index), in order: over P4Runtime where the switch has it
+        (a Read for the counters, one for the registers), except the registers of a
+        switch that is not runtime_only, which, as every read without P4Runtime, go
+        over its Thrift session."""
         values = [None] * len(names_idx)
         counters = [k for k, (kind, _, _) in enumerate(names_idx) if kind == "c" and sw.runtime is not None]
+        registers = [k for k, (kind, _, _) in enumerate(names_idx) if kind == "r" and sw.runtime_only]
         if counters:
             got = sw.runtime.read_counters([names_idx[k][1:] for k in counters])
             for k, v in zip(counters, got):
                 values[k] = v
+        if registers:
+            got = sw.runtime.read_registers([names_idx[k][1:] for k in registers])
+            for k, v in zip(registers, got):
+                values[k] = (v, 0)
+        if counters or registers:
             self._count_p4rt()
         thrift = [k for k in range(len(names_idx)) if values[k] is None]
         if thrift:
@@ -681,7 +736,8 @@ class Bmv2DataPlane(DataPlane):
         return pd.DataFrame(rows)
 
     def artifacts(self) -> dict[str, str]:
-        """switch.cli: the Thrift commands (all, or with P4Runtime the queues'); with
+        """switch.cli: the Thrift commands (all, or with P4Runtime the queues': their
+        --queue-config file where the switch is programmed through P4Runtime alone); with
         P4Runtime, switch.p4rt.txt: each switch's WriteRequests in protobuf text format
         (ids annotated with their P4Info names)."""
         out = {"switch.cli": self.cli_script} if self.cli_script else {}
@@ -789,8 +845,12 @@ class Bmv2DataPlane(DataPlane):
         between ingress and egress was lost, which would leak buffer for good)."""
         out = {"switch_ingress_wait_max_us": 0, "switch_ingress_late_packets": 0, "switch_buffer_end_bytes": 0,
                # How the switches were programmed: over P4Runtime (simple_switch_grpc) or,
-               # where it is missing or INCAST_BMV2_CONTROL=thrift, simple_switch_CLI alone.
-               "switch_control": "p4runtime" if all(sw.p4runtime for sw in self.switches) else "thrift"}
+               # where it is missing or INCAST_BMV2_CONTROL=thrift, simple_switch_CLI alone;
+               # p4runtime: P4Runtime alone (the queues from a file at start);
+               # p4runtime+thrift: queues and register reads over Thrift, the rest over
+               # P4Runtime (a simple_switch_grpc without scripts/p4-patches/).
+               "switch_control": ("p4runtime" if all(sw.runtime_only for sw in self.switches) else
+                                  "p4runtime+thrift" if all(sw.p4runtime for sw in self.switches) else "thrift")}
         for sw in self.switches:
             (wait, _), (late, _) = self._read(
                 sw, [("r", "IncastEgress.ingress_wait_max_us", 0), ("c", "IncastEgress.ingress_late", 0)])

@@ -9,13 +9,16 @@ reads the counters. Every table, match field, action, parameter and counter is n
 as the P4 source names it; the P4Info turns each name into its id (finsy's P4Schema),
 so no id of a compiled program is written in Python.
 
-What stays on the switch's Thrift session (bmv2.CliSession), and why:
-
-- register reads (occ_bytes, the hold loops' heads and tails, the PAUSE clocks, ...):
-  bmv2's PI server answers "Register reads are not supported yet" (and refuses
-  register writes), so the program's registers are read with register_read;
-- the egress queues' depth and rate (set_queue_depth, set_queue_rate): P4Runtime has
-  no queue API, and bmv2 keeps its queues outside the P4 program.
+It also reads the program's registers (occ_bytes, the hold loops' heads and tails,
+the PAUSE clocks, ...) as RegisterEntry. Upstream PI answers those "Register reads are
+not supported yet" (p4lang/PI#376); scripts/install-p4.sh --grpc builds PI and bmv2
+with scripts/p4-patches/, which serve them. The egress queues' depth and rate have no
+P4Runtime entity (bmv2 keeps its queues outside the P4 program): the patched
+simple_switch_grpc takes them from a file at start (--queue-config), as a switch takes
+its port and queue configuration from its chassis configuration rather than from
+P4Runtime. With those patches no Thrift session is opened; a simple_switch_grpc
+without them (bmv2.queue_config_supported) still gets its queues and register reads
+over Thrift (bmv2.CliSession).
 
 The client is built on finsy's P4Client (grpc.aio) and its P4Schema and entity
 classes. finsy is asyncio-based: one event loop for the whole process runs in a daemon
@@ -78,17 +81,22 @@ def missing() -> str | None:
 @dataclass(frozen=True)
 class Entry:
     """A table entry (match: field name -> value) or, default=True, a table's default
-    action. params: the action's parameters by name, in the action's order."""
+    action. params: the action's parameters by name, in the action's order. modify: a
+    new action for an entry the table has (P4Runtime MODIFY; Thrift's table_modify
+    names the entry by a handle, which only the switch knows)."""
     table: str
     action: str
     params: dict = field(default_factory=dict)
     match: dict = field(default_factory=dict)
     default: bool = False
+    modify: bool = False
 
     def cli(self) -> str:
         args = " ".join(map(_cli_value, self.params.values()))
         if self.default:
             return f"table_set_default {self.table} {self.action} {args}".rstrip()
+        if self.modify:
+            raise ValueError(f"{self.table}: a modified entry has no CLI line without its handle")
         keys = " ".join(map(_cli_value, self.match.values()))
         return f"table_add {self.table} {self.action} {keys} => {args}".rstrip()
 
@@ -97,8 +105,9 @@ class Entry:
         action = finsy.P4TableAction(self.action, **{k: _int(v) for k, v in self.params.items()})
         if self.default:
             return ~finsy.P4TableEntry(self.table, action=action, is_default_action=True)
-        return +finsy.P4TableEntry(self.table, match=finsy.P4TableMatch(
+        entry = finsy.P4TableEntry(self.table, match=finsy.P4TableMatch(
             {k: _int(v) for k, v in self.match.items()}), action=action)
+        return ~entry if self.modify else +entry
 
     def same(self) -> tuple:
         """What the switch keeps of it (values as integers), to compare with a read."""
@@ -384,6 +393,23 @@ class Runtime:
                 out += [cells_of[k] for k in sorted(cells_of)]
             else:
                 out.append(got[(alias, i)])
+        return out
+
+    def read_registers(self, cells) -> list[int]:
+        """The value of each (register name, index) of cells, in one ReadRequest;
+        index None reads the whole array (then the list has one per cell, by index).
+        A server without register reads refuses it: P4RuntimeFailed."""
+        cells = list(cells)
+        if not cells:
+            return []
+        whole = {}
+        for ent in self._read([finsy.P4RegisterEntry(name, index=i) for name, i in cells]):
+            e = finsy.P4RegisterEntry.decode(ent, self.schema)
+            whole.setdefault(e.register_id, {})[e.index] = int(e.data)
+        out = []
+        for name, i in cells:
+            cells_of = whole.get(self.schema.registers[name].alias, {})
+            out += [cells_of[k] for k in sorted(cells_of)] if i is None else [cells_of[i]]
         return out
 
     def read_tables(self, tables=None) -> list[Entry]:

@@ -1,6 +1,8 @@
 """Checks lab 9: the run was on bmv2 programmed over P4Runtime, the student's client
 took the switch over, and the block at which the deeper buffer took effect, and the
-goodput and timeouts before and after it, are what the run's own tables show."""
+goodput and timeouts before and after it, are what the run's own tables show; the
+queue's occupancy the client read over P4Runtime stayed within the old limit before
+the change and went past it after."""
 import json
 import tomllib
 
@@ -11,6 +13,10 @@ from incast.labs import close, p4_missing, run_dir, sentence
 from incast.report import explain
 
 SIDE_BLOCKS = 3         # blocks each side of the change, at least: a comparison needs some
+# What a register read may see above the most the telemetry reported: one frame (the
+# largest link MTU with its header), as a report can be lost or a packet admitted
+# between two reports.
+READ_SLACK = 9018
 
 
 def missing() -> list[str]:
@@ -18,6 +24,9 @@ def missing() -> list[str]:
     if not why and bmv2.runtime_missing():
         why.append(f"P4Runtime ({bmv2.runtime_missing()}; scripts/install-p4.sh builds simple_switch_grpc, "
                    "and finsy is in requirements.txt)")
+    elif not why and not bmv2.queue_config_supported():
+        why.append("register reads over P4Runtime (simple_switch_grpc built without scripts/p4-patches/: "
+                   "run scripts/install-p4.sh --grpc again)")
     return why
 
 
@@ -56,6 +65,12 @@ def before_after(run, change_block: int) -> dict:
     return out
 
 
+def most_held(run, port: str) -> int:
+    """The most the client's queue held in the run, as its telemetry reported it."""
+    tel = pd.read_parquet(run / "telemetry.parquet")
+    return int(tel[tel["port"] == port]["bytes"].max())
+
+
 def took_over(run) -> bool:
     """Whether the testbed's own P4Runtime client lost the primary role during the run."""
     counts = json.loads((run / "switch.p4rt-messages.json").read_text())
@@ -64,9 +79,8 @@ def took_over(run) -> bool:
 
 def check(answers: dict, lab) -> list[str]:
     problems: list[str] = []
-    sentence(answers, "why_no_register_read", ("not supported", "register", "thrift", " pi "),
-             "what does bmv2's P4Runtime server answer a register read, and where does the testbed read "
-             "occ_bytes instead?", problems)
+    sentence(answers, "why_peak_before", ("limit", "drop", "admi"),
+             "what does the switch do with a packet that would take the queue past its limit?", problems)
     sentence(answers, "why_higher_election_id", ("primary", "highest", "master", "arbitration"),
              "which client's writes does a P4Runtime switch accept?", problems)
     run = run_dir(answers, "run_dir", problems)
@@ -94,6 +108,18 @@ def check(answers: dict, lab) -> list[str]:
                         "buffer never took effect (did your client modify both queue_config entries of "
                         "that queue, while the run was going?)")
         return problems
+    peaks = (answers.get("occupancy_peak_before_bytes"), answers.get("occupancy_peak_after_bytes"))
+    if not all(isinstance(v, int) and v >= 0 for v in peaks):
+        problems.append("occupancy_peak_before_bytes, occupancy_peak_after_bytes: the most occ_bytes your "
+                        "client read for the queue before and after the change (whole bytes)")
+    elif not 0 < peaks[0] <= old:
+        problems.append(f"occupancy_peak_before_bytes: {peaks[0]} is not a peak a queue limited to {old} "
+                        "bytes can hold (0 means the client never saw it hold anything: read occ_bytes "
+                        "at the queue's index, port * 8 + class)")
+    elif not old < peaks[1] <= most_held(run, port) + READ_SLACK:
+        problems.append(f"occupancy_peak_after_bytes: {peaks[1]} is not above the old limit ({old} bytes) "
+                        f"and within the most the queue held ({most_held(run, port)} bytes, "
+                        "telemetry.parquet): did your client read the queue after the change?")
     if answers.get("change_block") != block:
         problems.append(f"change_block: {answers.get('change_block')} is not the block (blocks.parquet) "
                         f"going on when {port}'s queue first held more than {old} bytes (telemetry.parquet)")

@@ -1,5 +1,6 @@
 """Lab 9's client: watch a running switch over P4Runtime, then take it over and give
-the client's port a deeper buffer half-way through the run. (`incast lab starter 9 DIR`
+the client's port a deeper buffer half-way through the run, reading the queue's
+occupancy register all along. (`incast lab starter 9 DIR`
 writes it with the parts the student writes marked TODO (lab 9).)
 
     python3 p4rt_buffer.py --switch unix:/run/incast/TOKEN-s1.grpc --p4info P4INFO \\
@@ -10,7 +11,9 @@ and the program only by its P4Info, nothing of the testbed's own controller. It
 watches as a backup (election id 1, below the testbed's 10: it may read, not write),
 and once the client's port has sent --after-bytes it connects again bidding
 --election-id: the highest bid makes it the primary, whose writes the switch
-takes. It stays the primary until the run ends and its switch goes away.
+takes. It stays the primary until the run ends and its switch goes away. Meanwhile it
+reads the queue's occupancy (the register occ_bytes) and says the most it saw before
+and after the change.
 """
 import argparse
 import asyncio
@@ -21,12 +24,13 @@ from pathlib import Path
 import finsy as fy
 
 DROPS, SENT = "IncastIngress.drops", "IncastEgress.tx"       # per queue: index port * 8 + class
+OCCUPANCY = "occ_bytes"     # register: the bytes each queue holds now
 QUEUE_TABLES = ("IncastIngress.queue_config", "IncastEgress.egress_queue_config")
 WATCH_ELECTION_ID = 1   # below the testbed's: a backup, whenever it connects
-# P4Runtime has no counter notifications: a controller that watches counters reads
-# them again and again. Often enough to act within a block (a block lasts >= 200 ms);
-# the search (all 4096 queues) and the watch after the change less often, to leave the
-# CPU to the run.
+# P4Runtime has no counter or register notifications: a controller that watches them
+# reads them again and again. Often enough to act within a block (a block lasts >= 200
+# ms) and to see the queue near its fullest; the search (all 4096 queues) less often,
+# to leave the CPU to the run.
 POLL_S = 0.05
 SLOW_POLL_S = 0.5
 
@@ -38,6 +42,16 @@ async def read_counter(sw, name, index=None) -> dict[int, tuple[int, int]]:
     #   .byte_count.
     # lab 9 stub: raise NotImplementedError("TODO (lab 9): read_counter")
     return {e.index: (e.packet_count, e.byte_count) async for e in sw.read(fy.P4CounterEntry(name, index=index))}
+    # lab 9 end
+
+
+async def read_register(sw, name, index: int) -> int:
+    """The value of one cell of a register."""
+    # lab 9 begin: one ReadRequest for the register's cell: sw.read(fy.P4RegisterEntry(...))
+    #   yields it, with .index and .data (the cell's value).
+    # lab 9 stub: raise NotImplementedError("TODO (lab 9): read_register")
+    (value,) = [e.data async for e in sw.read(fy.P4RegisterEntry(name, index=index))]
+    return int(value)
     # lab 9 end
 
 
@@ -65,11 +79,14 @@ async def watch(sw, after_bytes: int) -> tuple[int, int]:
     """As a backup: (the client's queue, its drops) once it has sent after_bytes."""
     q = await dropping_queue(sw)
     print(f"queue {q} drops: port {q // 8}, class {q % 8}", flush=True)
+    peak = 0
     while True:
         (drops, _), = (await read_counter(sw, DROPS, q)).values()
         (_, sent), = (await read_counter(sw, SENT, q)).values()
+        peak = max(peak, await read_register(sw, OCCUPANCY, q))
         if sent >= after_bytes:
             print(f"queue {q}: {sent} bytes sent, {drops} packets dropped", flush=True)
+            print(f"queue {q}: occupancy peak before the change: {peak} bytes", flush=True)
             return q, drops
         await asyncio.sleep(POLL_S)
 
@@ -92,17 +109,23 @@ async def change(sw, q: int, limit: int) -> None:
     # lab 9 end
 
 
-async def drops_after(sw, q: int, drops: int) -> None:
-    """Say how many more packets queue q drops after the change, until the switch goes."""
+async def after_change(sw, q: int, drops: int) -> None:
+    """Say how many more packets queue q drops after the change, and the most it holds,
+    until the switch goes."""
+    peak = 0
     while True:
-        await asyncio.sleep(SLOW_POLL_S)
+        await asyncio.sleep(POLL_S)
         try:
             (now, _), = (await read_counter(sw, DROPS, q)).values()
+            held = await read_register(sw, OCCUPANCY, q)
         except fy.P4ClientError:        # the switch is going: its channel goes down next
             return
         if now != drops:
             print(f"queue {q}: {now - drops} more packets dropped since the change", flush=True)
             drops = now
+        if held > peak:
+            peak = held
+            print(f"queue {q}: occupancy peak after the change: {peak} bytes", flush=True)
 
 
 def role(sw) -> str:
@@ -125,7 +148,7 @@ async def main(args) -> int:
         await change(sw, q, args.limit)
         # The primary until the run ends (the testbed's own controller reads on as a
         # backup): the switch ends with the run, and its channel with it.
-        watcher = asyncio.ensure_future(drops_after(sw, q, drops))
+        watcher = asyncio.ensure_future(after_change(sw, q, drops))
         await gone
         watcher.cancel()
         print("the switch is gone: the run has ended", flush=True)

@@ -37,6 +37,17 @@ def wait_for(path: Path, proc, deadline: float) -> None:
         time.sleep(0.1)
 
 
+def peaks(client_log: Path) -> dict:
+    """The client's occupancy peaks before and after the change, from what it printed
+    (its last word on each)."""
+    out = {}
+    for line in client_log.read_text().splitlines():
+        for side in ("before", "after"):
+            if f"occupancy peak {side} the change:" in line:
+                out[f"occupancy_peak_{side}_bytes"] = int(line.split(":")[-1].split()[0])
+    return out
+
+
 def solve(out: Path, blocks: int = 60, senders: int = 8, sru: int = 32768, warmup: int = 2,
           limit: int = 262144) -> dict:
     from incast.dataplane import bmv2
@@ -71,8 +82,9 @@ def solve(out: Path, blocks: int = 60, senders: int = 8, sru: int = 32768, warmu
             "goodput_before_mbps": round(sides["goodput_before_mbps"], 3),
             "goodput_after_mbps": round(sides["goodput_after_mbps"], 3),
             "timeouts_before": sides["timeouts_before"], "timeouts_after": sides["timeouts_after"],
-            "why_no_register_read": "bmv2's P4Runtime (PI) server answers 'Register reads are not supported "
-                                    "yet', so the testbed reads the occ_bytes register over Thrift instead",
+            **peaks(out / "client.log"),
+            "why_peak_before": "the switch admits a packet only if the queue stays within its limit and "
+                               "drops it otherwise, so the queue never held more than the old limit",
             "why_higher_election_id": "a P4Runtime switch accepts writes only from its primary, the "
                                       "client with the highest election id; the testbed's controller "
                                       "bids 10, so ours had to bid more to take over"}
