@@ -46,7 +46,7 @@ def test_lab_starter_writes_the_reference_with_its_regions_as_todos(tmp_path):
     regions = reference.count("# lab 9 begin:")
     assert regions == 4 and starter.count("# TODO (lab 9):") == regions
     assert "# lab 9" not in starter and "sw.modify(" not in starter and "default=20" not in starter
-    assert "sw.read(fy.P4RegisterEntry" not in starter
+    assert "e.data async for e in sw.read(" not in starter
     assert starter.count('raise NotImplementedError("TODO (lab 9)') + starter.count(
         'raise NotImplementedError(f"TODO (lab 9)') == 3
     compile(starter, "p4rt_buffer.py", "exec")
