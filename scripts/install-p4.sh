@@ -7,7 +7,8 @@
 #   1. tools already there: on PATH, or built before under the prefix (then only the
 #      libraries they need are installed and they are linked into /usr/local/bin)
 #   2. p4lang's packages (Open Build Service, home:p4lang) for this distribution,
-#      where a repository exists for it and offers recent enough versions
+#      where a repository exists for it and offers recent enough versions (not with
+#      --grpc: they lack the patches below)
 #   3. the pinned releases built from source into the prefix: bmv2 1.15.5, then p4c
 #      v1.2.3.7 with its p4runtime submodule; sources cloned from GitHub at those tags,
 #      or taken from --src DIR (DIR/behavioral-model and DIR/p4c, source trees of the
@@ -31,9 +32,10 @@
 #                  with the submodules that commit records; with --src, DIR/PI with
 #                  them filled in), only its P4Runtime gRPC server and the libraries
 #                  under it, then bmv2 configured --with-pi --with-thrift (the server
-#                  also answers simple_switch_CLI, for registers and queues, which
-#                  P4Runtime lacks). gRPC and protobuf are the distribution's (Debian
-#                  12: 1.51.1 and 3.21.12). PI and bmv2 get the patches in
+#                  also answers simple_switch_CLI, for debugging, and for a testbed
+#                  run on a build without the patches). gRPC and protobuf are the
+#                  distribution's (Debian 12: 1.51.1 and 3.21.12). PI and bmv2 get the
+#                  patches in
 #                  scripts/p4-patches/ (P4Runtime register reads and writes; the
 #                  egress queues from a file at start, simple_switch_grpc
 #                  --queue-config), so that the testbed programs a switch through
@@ -66,10 +68,11 @@ PI_COMMIT=f96af95e090619491e3abf2df69df340c2c9cb46
 PI_GIT=https://github.com/p4lang/PI.git
 PI_SUBMODULES=(proto/p4runtime proto/openconfig/gnmi third_party/uthash third_party/googletest)
 # Our patches to PI and bmv2 (git format-patch, applied in name order to the tree of
-# the directory they are in), and their hash: a prefix records the hash it was built
-# with, and a different one (patches added or changed) builds PI and bmv2 again.
+# the directory they are in), and with --grpc their hash (below): a prefix records the
+# hash it was built with, and a different one (patches added or changed) builds PI
+# and bmv2 again.
 PATCHES=$(cd "$(dirname "$0")" && pwd)/p4-patches
-patch_key=$(cd "$PATCHES" && find . -name '*.patch' | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16)
+patch_files() { (cd "$PATCHES" && find . -name '*.patch' -not -name '.*' | LC_ALL=C sort); }
 OBS=https://download.opensuse.org/repositories
 
 prefix=/opt/p4
@@ -98,6 +101,13 @@ while [ $# -gt 0 ]; do
 done
 case $from in auto|packages|source) ;; *) echo "install-p4: --from auto, packages or source" >&2; exit 2 ;; esac
 case $jobs in ''|0|*[!0-9]*) echo "install-p4: --jobs takes a number of jobs, not $jobs" >&2; exit 2 ;; esac
+patch_key=
+if [ "$grpc" = 1 ]; then
+  [ -d "$PATCHES/PI" ] && [ -d "$PATCHES/behavioral-model" ] ||
+    { echo "install-p4: --grpc needs $PATCHES/PI and $PATCHES/behavioral-model" >&2; exit 2; }
+  # The Vagrantfile computes the same hash (the files in byte order of their paths).
+  patch_key=$(cd "$PATCHES" && patch_files | xargs cat | sha256sum | cut -c1-16)
+fi
 # What the prefix's ld.so.conf.d and .pth files and the build tree are named after. "_"
 # sorts after ".", and ld.so.conf.d and Python read their files in sorted order: the
 # default prefix comes first, and another one only adds what it lacks (the same bmv2
@@ -213,7 +223,7 @@ if [ "$dry_run" = 1 ]; then
   echo "apt runtime: ${runtime_deps[*]}"
   if [ "$grpc" = 1 ]; then
     echo "PI $PI_COMMIT: configure ${pi_configure[*]}"
-    echo "patches ($patch_key): $(cd "$PATCHES" && find . -name '*.patch' | LC_ALL=C sort | tr '\n' ' ')"
+    echo "patches ($patch_key): $(patch_files | tr '\n' ' ')"
   fi
   echo "bmv2 $BMV2_TAG: configure ${bmv2_configure[*]}"
   echo "bmv2 make: ${bmv2_build_dirs[*]}"
@@ -433,10 +443,13 @@ if [ "$(cat "$work/.sources" 2>/dev/null)" != "$sources" ]; then
   fi
   if [ "$grpc" = 1 ]; then
     for d in PI behavioral-model; do
-      for f in $(cd "$PATCHES/$d" && find . -name '*.patch' | LC_ALL=C sort); do
-        log "patching $d: ${f#./}"
-        # --directory-free: git apply works on the tree it is run in, a clone or a copy
-        (cd "$work/$d" && git apply --whitespace=nowarn "$PATCHES/$d/$f")
+      # A --src tree checked out as a submodule or a worktree has a .git file pointing
+      # at a repository the copy does not have, which git apply would refuse: without
+      # it, git apply patches the tree it is run in (a clone's top, or a plain copy).
+      if [ -f "$work/$d/.git" ]; then rm "$work/$d/.git"; fi
+      for f in $(patch_files | grep "^\./$d/"); do
+        log "patching $d: ${f#./$d/}"
+        (cd "$work/$d" && git apply --whitespace=nowarn "$PATCHES/$f")
       done
     done
   fi

@@ -100,20 +100,27 @@ class RegisterCell:
         return ~p4rt.finsy.P4RegisterEntry(self.name, index=self.index, data=self.value)
 
 
-def test_queue_config_refuses_a_line_it_cannot_take(tmp_path):
+@pytest.mark.parametrize("bad", [
+    "set_queue_depth 100 1 8",                      # a priority past --priority-queues 8
+    "set_queue_depth 64 1 -", "set_queue_depth 64 1 +3", "set_queue_depth -5 1",
+    "set_queue_rate 100 1 99999999999999999999999",  # past 2^64
+    "set_queue_rate 100", "set_queue_rate 100 1 7 extra", "set_queue_burst 100 1"])
+def test_queue_config_refuses_a_line_it_cannot_take(tmp_path, bad):
     """simple_switch_grpc --queue-config (scripts/p4-patches/) stops the switch at a
-    line it cannot take, naming the file and the line: here a priority past the
-    eight queues --priority-queues gives each port."""
+    line it cannot take, naming the file and the line, before anything else starts:
+    a priority past the eight queues --priority-queues gives each port, a number that
+    is not a whole non-negative decimal below 2^64, a word too few or too many, a
+    command it does not know."""
     exe = bmv2.tool("simple_switch_grpc")
     if not exe or not bmv2.queue_config_supported(exe):
         pytest.skip("no simple_switch_grpc with --queue-config (scripts/install-p4.sh --grpc builds it)")
     config = tmp_path / "queues"
-    config.write_text("# the client's port\nset_queue_rate 812 1 7\nset_queue_depth 100 1 8\n")
+    config.write_text(f"# the client's port\nset_queue_rate 812 1 7\n{bad}\n")
     r = subprocess.run([exe, "--no-p4", "--thrift-port", "0", "--", "--priority-queues", "8",
                         "--grpc-server-addr", f"unix:{tmp_path}/s.grpc", "--queue-config", str(config)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
-    assert f"{config}:3: not a queue setting" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert f"{config}:3: not a queue setting this switch can take: {bad}" in r.stderr, r.stdout + r.stderr
 
 
 @needs_root
@@ -317,9 +324,11 @@ def test_a_run_is_programmed_over_p4runtime(runtime_present, tmp_path, no_leftov
     if alone:
         assert summary["switch_control"] == "p4runtime"
         assert not tripwire.exists(), tripwire.read_text()
-        assert "--queue-config" in (run / "switch.cli").read_text()
-        # The queues' rate came from the file: the client's port sent no faster
-        # than its 10 Mbit/s.
+        # The client's port (1) paced at 10 Mbit/s of full frames in every class queue
+        # it uses, from the file.
+        pps = bmv2.link_pps(10_000_000, 1500)
+        lines = (run / "switch.cli").read_text().splitlines()
+        assert f"set_queue_rate {pps} 1 {bmv2.PRIORITY_QUEUES - 1}" in lines, lines[:12]
         assert summary["goodput_mbps"] < 10, summary
     else:
         assert summary["switch_control"] == "p4runtime+thrift"

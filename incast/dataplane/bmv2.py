@@ -263,19 +263,22 @@ class Bmv2Switch(Switch):
         args += ["--priority-queues", str(PRIORITY_QUEUES)]
         log = open(self.log_dir / f"{self.name}.bmv2.log", "wb") if self.log_dir else subprocess.DEVNULL
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        ready = threading.Event()
+        ready, started, tail = threading.Event(), threading.Event(), []
 
         def pump():
             for line in self.proc.stdout:
                 if log is not subprocess.DEVNULL:
                     log.write(line)
                     log.flush()
+                tail[:] = tail[-9:] + [line]
                 if b"Thrift server was started" in line:
+                    started.set()
                     ready.set()
-            ready.set()
+            ready.set()         # it ended first: e.g. a --queue-config line it refused
         threading.Thread(target=pump, daemon=True).start()
-        if not ready.wait(60) or self.proc.poll() is not None:
-            raise RuntimeError(f"simple_switch for {self.name} did not start (see {self.name}.bmv2.log)")
+        if not ready.wait(60) or not started.is_set() or self.proc.poll() is not None:
+            raise RuntimeError(f"simple_switch for {self.name} did not start (see {self.name}.bmv2.log): "
+                               + b"".join(tail).decode(errors="replace").strip()[-500:])
         if self.p4runtime:
             # Connected as the primary for the switch's whole life; the program first,
             # before the Thrift session asks for the simple_switch service.
@@ -581,8 +584,9 @@ class Bmv2DataPlane(DataPlane):
     def commands(self, sw: Bmv2Switch, net, client: str, toward: dict[str, int], flood: set[int]) -> list:
         """The switch's control-plane commands; `toward` (host -> port) and `flood` (its
         flood ports) are its share of dataplane.forwarding's tables. Each is a
-        simple_switch_CLI line (the queues: Thrift only) or an Entry, Group or Clone
-        (bmv2_runtime: written over P4Runtime, or rendered as CLI lines)."""
+        simple_switch_CLI line (the queues: its --queue-config file, or over Thrift) or
+        an Entry, Group or Clone (bmv2_runtime: written over P4Runtime, or rendered as
+        CLI lines)."""
         s = self.scenario
         mtu = s.link.mtu
         limits = s.switch.class_limits(mtu)
@@ -689,6 +693,8 @@ class Bmv2DataPlane(DataPlane):
         (a Read for the counters, one for the registers), except the registers of a
         switch that is not runtime_only, which, as every read without P4Runtime, go
         over its Thrift session."""
+        if sw.runtime_only and sw.runtime is None:
+            raise RuntimeError(f"{sw.name} was never started (the network's configuration failed before it)")
         values = [None] * len(names_idx)
         counters = [k for k, (kind, _, _) in enumerate(names_idx) if kind == "c" and sw.runtime is not None]
         registers = [k for k, (kind, _, _) in enumerate(names_idx) if kind == "r" and sw.runtime_only]
