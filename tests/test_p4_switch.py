@@ -175,8 +175,7 @@ class Rig:
             self._write([bmv2.table_entry(self.json_path, "IncastIngress.l2_forward", "IncastIngress.set_egress",
                                           MACS[n], n) for n in ports]
                         + [bmv2.port_mac_entry(self.json_path, n, SWITCH_MACS[n]) for n in ports]
-                        + [p4rt.Group(1, ports, rid=0), p4rt.Group(2, ports, rid=1, node=1),
-                           p4rt.Clone(bmv2.PAUSE_MC_SESSION, ports, group=2),
+                        + [p4rt.Group(1, ports, rid=0), p4rt.Clone(bmv2.PAUSE_MC_SESSION, ports, group=2),
                            p4rt.Clone(bmv2.TELEMETRY_SESSION, (510,))]
                         + [bmv2.table_entry(self.json_path, "IncastIngress.classify_dscp",
                                             "IncastIngress.set_class", dscp, c) for dscp, c in ((8, 1), (16, 2))])

@@ -622,10 +622,14 @@ class Bmv2DataPlane(DataPlane):
             if h.name in toward:
                 cmds.append(table_entry(self.json_path, "IncastIngress.l2_forward", "IncastIngress.set_egress",
                                         h.MAC(), toward[h.name]))
-        # Group 1 floods (ARP) over the spanning tree; group 2 carries PAUSE and XON
-        # frames to every port (hosts and trunks: switches pause each other).
-        cmds += [Group(1, tuple(sorted(flood)), rid=0, node=0), Group(2, tuple(numbers), rid=1, node=1),
-                 Clone(PAUSE_MC_SESSION, tuple(numbers), group=2)]
+        # Group 1 floods (ARP) over the spanning tree. PAUSE and XON frames go to every
+        # port (hosts and trunks: switches pause each other) through a clone session:
+        # over P4Runtime it lists the ports itself; Thrift's mirroring_add_mc names a
+        # multicast group, group 2.
+        cmds.append(Group(1, tuple(sorted(flood)), rid=0, node=0))
+        if not sw.p4runtime:
+            cmds.append(Group(2, tuple(numbers), rid=1, node=1))
+        cmds.append(Clone(PAUSE_MC_SESSION, tuple(numbers), group=2))
         for dscp, c in enumerate(s.switch.qos.dscp_table()):
             if c:
                 cmds.append(table_entry(self.json_path, "IncastIngress.classify_dscp", "IncastIngress.set_class",
