@@ -39,6 +39,7 @@ apt_packages=(
   bpftrace tcpdump memcached chromium
   tshark   # reads the switches' INT telemetry reports with scripts/wireshark/int-report.lua
   verilator g++ make   # the hardware switch's model (rtl/, --switch rtl, tests/test_rtl_switch.py)
+  git   # incast catalog keeps a result only from a clean commit on main (a checkout without git: a tarball)
   python3 python3-venv python3-pip python3-scapy python3-matplotlib python3-pandas
   python3-numpy python3-scipy python3-pytest python3-tqdm python3-pyroute2
 )
