@@ -668,15 +668,14 @@ class Bmv2DataPlane(DataPlane):
         for sw in self.switches:
             items = self.commands(sw, net, client, toward[sw.name], flood[sw.name])
             self.intended[sw.name] = [c for c in items if not isinstance(c, str)]
-            if sw.runtime_only:     # the queues in its --queue-config file, the rest over P4Runtime
+            if sw.p4runtime:        # the queues in its --queue-config file or over Thrift, the rest over P4Runtime
                 cmds = [c for c in items if isinstance(c, str)]
-                sw.launch(cmds)
-                head = (f"# {sw.name}: its --queue-config file (the queues); its tables, multicast groups "
-                        "and clone sessions went over P4Runtime (switch.p4rt.txt)")
-            elif sw.runtime is not None:
-                cmds = [c for c in items if isinstance(c, str)]
-                head = (f"# {sw.name} (thrift port {sw.thrift_port}): the queues; its tables, multicast groups "
-                        "and clone sessions went over P4Runtime (switch.p4rt.txt)")
+                queues = ": its --queue-config file (the queues)" if sw.runtime_only else \
+                    f" (thrift port {sw.thrift_port}): the queues"
+                head = (f"# {sw.name}{queues}; its tables, multicast groups and clone sessions went over "
+                        "P4Runtime (switch.p4rt.txt)")
+                if sw.runtime_only:
+                    sw.launch(cmds)
             else:
                 cmds = [line for c in items for line in p4rt.cli_lines(c)]
                 head = f"# {sw.name} (thrift port {sw.thrift_port})"
