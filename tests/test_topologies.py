@@ -60,6 +60,26 @@ def test_bad_topologies_and_flows_are_refused(data, message):
 
 @needs_root
 @pytest.mark.network
+@pytest.mark.parametrize("mtu", [1040, 9000])
+def test_link_mtu_is_every_interfaces_and_sets_the_hosts_segments(mtu, tmp_path, no_leftovers):
+    """link.mtu is the MTU of both ends of every link: each host's TCP takes its segment
+    size from it (MTU less 40 bytes of headers and 12 of timestamps), and the switch's
+    ports carry frames of that size (9000: jumbo frames cross the bridge)."""
+    s = run_json("--senders", "2", "--link-rate", "100Mbit", "--sru", "64KiB", "--blocks", "3",
+                 "--warmup", "1", "--set", f"link.mtu={mtu}", "--out", tmp_path / "r")
+    flows = pd.read_parquet(tmp_path / "r" / "flows.parquet")
+    assert set(flows["pmtu"]) == {mtu} and set(flows["snd_mss"]) == {mtu - 52}, flows[["pmtu", "snd_mss"]]
+    assert s["goodput_mbps"] > 0 and s["timeouts"] == 0
+
+
+def test_a_frame_longer_than_the_rtl_model_takes_is_refused_by_name():
+    from incast.dataplane import rtl
+    why = rtl.RtlDataPlane.host_missing(build({"link": {"mtu": 9000}, "dataplane": "rtl"}))
+    assert why and "link.mtu 9000" in why and f"{rtl.MAXLEN} bytes" in why
+
+
+@needs_root
+@pytest.mark.network
 def test_two_switches_forward_and_an_innocent_flow_is_measured(tmp_path, no_leftovers):
     """Client and half the servers on s1, the rest on s2; a bulk flow from far1 to near1
     crosses only the trunk; the trunk is slower than the other links (50 of 100 Mbit/s)."""

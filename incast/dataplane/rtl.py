@@ -32,6 +32,7 @@ import pandas as pd
 from mininet.node import Switch
 
 from incast import constants
+from incast.constants import ETH_HLEN
 from incast.dataplane import DataPlane, port_rate, switch_ports
 from incast.dataplane.forwarding import next_hops
 from incast.errors import MissingFeature
@@ -45,6 +46,8 @@ BUILD_DIR = constants.BUILD_DIR / "rtl"
 SIZES = {4: 8, 8: 8, 16: 16, 24: 32, 32: 32, 48: 64}
 LW = 1                                  # 1 Gbit/s-style ports: a byte a cycle
 SWITCH_SOURCE = constants.RTL_DIR / "src" / "incast_switch.sv"
+# The longest frame the model takes (bytes without FCS), from its source.
+MAXLEN = int(re.search(r"parameter\s+int\s+MAXLEN\s*=\s*(\d+)", SWITCH_SOURCE.read_text()).group(1))
 _LOCALPARAMS = re.compile(r"localparam\s+(?:int|logic\s*\[[^\]]*\])\s+((?:CFG|ADDR)_\w+\s*=[^;]+);")
 _SV_NUMBER = re.compile(r"^(?:\d+'([hdb]))?([0-9a-fA-F_]+)$")
 
@@ -251,6 +254,9 @@ class RtlDataPlane(DataPlane):
 
     @classmethod
     def host_missing(cls, scenario) -> str | None:
+        if scenario.link.mtu + ETH_HLEN > MAXLEN:
+            return (f"the rtl switch takes frames of at most {MAXLEN} bytes: link.mtu {scenario.link.mtu} "
+                    f"is more than its {MAXLEN - ETH_HLEN}")
         nports = model_size(scenario.topology.senders + 1)
         if not model_dir(nports, cell_bits(nports, cls._buffer(scenario))).joinpath("incast_switch_sim").is_file() \
                 and shutil.which("verilator") is None:

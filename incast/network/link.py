@@ -91,9 +91,13 @@ class BatchedHost(Host):
 class VethBatch:
     """The veth pairs of one network, made together."""
 
-    def __init__(self):
+    def __init__(self, mtu: int = 1500):
         self.lines: list[str] = []
         self.local_ends: list[str] = []      # ends in the run's namespace (switch ports)
+        # link.mtu on both ends of every pair: a host's TCP takes its MSS from its own
+        # interface, and a switch port must carry what the hosts send. 1500 is the
+        # kernel's own default and left unsaid.
+        self.mtu = mtu
 
     def link_class(self):
         batch = self
@@ -114,7 +118,8 @@ class VethBatch:
         for name, addr, node in ((name1, addr1, node1), (name2, addr2, node2)):
             ns = getattr(node, "netns", None) or (node.pid if node is not None else None)
             where = f" netns {ns}" if node is not None and node.inNamespace else ""
-            ends.append(f"name {name}{f' address {addr}' if addr else ''}{where}")
+            ends.append(f"name {name}{f' address {addr}' if addr else ''}"
+                        f"{f' mtu {self.mtu}' if self.mtu != 1500 else ''}{where}")
             if not where:
                 self.local_ends.append(name)
         self.lines.append(f"link add {ends[0]} type veth peer {ends[1]}")

@@ -56,7 +56,7 @@ def build(scenario, features, dp, res, results, log) -> Lab:
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     t_build = time.monotonic()
     topo = topology.load(scenario.topology.kind, scenario.topology.senders, **scenario.topology.params())
-    veths = VethBatch()
+    veths = VethBatch(scenario.link.mtu)
     res.create_host_netns(topo.hosts())
     log(f"build: {len(topo.hosts())} host namespaces made")
     net = Mininet(topo=topo, switch=dp.switch_class(), controller=None,
