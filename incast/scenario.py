@@ -147,7 +147,8 @@ RateOrAuto = Annotated[Union[Literal["auto"], Annotated[int, Field(gt=0)]], Befo
 class Link(_Model):
     """Every link of the topology (host NICs and switch ports run at this rate)."""
     rate: RateOrAuto = parse_rate("1Gbit")
-    mtu: int = Field(1500, ge=576, le=9000)
+    mtu: int = Field(1500, ge=576, le=9000, description="both ends of every link: the hosts' TCP segments "
+                     "are this less 52 bytes of headers and timestamps")
     delay: TimeUs = 0
     jitter: TimeUs = 0
     loss: float = Field(0.0, ge=0.0, le=100.0, description="percent, per host egress")
