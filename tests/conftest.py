@@ -149,20 +149,18 @@ def others_live(names: set[str]) -> set[str]:
     it, not this test's to count or to clean. A run's owner is in its state file
     (incast.machine.resources); this session's processes carry its INCAST_TEST_SESSION
     (pytest's own environment, as /proc shows it, was read before conftest set it)."""
-    from incast.machine.resources import PREFIX, STATE_DIR, _is_alive, _start_time
+    from incast.machine.resources import PREFIX, live_owner
     mark = f"INCAST_TEST_SESSION={os.environ.get('INCAST_TEST_SESSION', '')}".encode()
     theirs = set()
     for name in names:
-        token = name[:len(PREFIX) + 8]
+        owner = live_owner(name[:len(PREFIX) + 8])
+        if owner is None or owner == os.getpid():
+            continue        # no owner on record, or it is gone, or it is this session: counted
         try:
-            state = json.loads((STATE_DIR / f"{token}.json").read_text())
-            owner = state["pid"]
-            if owner == os.getpid() or not _is_alive(owner) or _start_time(owner) != state["pid_start"]:
-                continue
             if mark not in Path(f"/proc/{owner}/environ").read_bytes().split(b"\0"):
                 theirs.add(name)
-        except (OSError, ValueError, KeyError):
-            continue        # no owner on record, or it is gone: counted
+        except OSError:
+            continue        # it ended meanwhile: counted
     return theirs
 
 

@@ -19,6 +19,7 @@ from conftest import REPO, needs_root, switch_output
 
 bmv2 = pytest.importorskip("incast.dataplane.bmv2")
 p4rt = bmv2.p4rt
+from incast.machine import resources  # noqa: E402
 from incast.machine.probe import MissingFeature  # noqa: E402
 from incast.p4 import program as p4program  # noqa: E402
 
@@ -246,12 +247,9 @@ def check_readback(client, items):
 def _state_of(pid: int, deadline: float) -> str:
     """The token of the run whose process is pid (its state file in /run/incast)."""
     while time.monotonic() < deadline:
-        for f in Path("/run/incast").glob("incast-*.json"):
-            try:
-                if json.loads(f.read_text())["pid"] == pid:
-                    return f.stem
-            except (OSError, ValueError, KeyError):
-                continue
+        token = resources.token_of(pid)
+        if token:
+            return token
         time.sleep(0.1)
     raise AssertionError(f"no run state for pid {pid}")
 

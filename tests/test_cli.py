@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, incast_cmd, needs_root, others_live, our_netns, run_json
+from incast.machine import resources
 
 BAD_RUNS = [
     (["--senders", "0"], "topology.senders"),
@@ -141,11 +142,16 @@ def test_a_live_run_of_another_session_is_not_this_tests_leftover(tmp_path):
         ours = our_netns() - before - theirs
         assert theirs and ours
         assert others_live(theirs | ours) == theirs
+        # A run's token from its process, and its owner from its token.
+        token = resources.token_of(procs[1].pid)
+        assert token and all(n.startswith(token) for n in ours)
+        assert resources.live_owner(token) == procs[1].pid
     finally:
         for proc in procs:
             proc.terminate()
             proc.wait(timeout=60)
     assert not (our_netns() - before)
+    assert resources.live_owner(token) is None and resources.token_of(procs[1].pid) is None
 
 
 @needs_root

@@ -299,15 +299,33 @@ def stale_tokens() -> list[str]:
     for token in sorted(tokens):
         if not _TOKEN_RE.match(token):
             continue
-        try:
-            state = json.loads((STATE_DIR / f"{token}.json").read_text())
-            owner, started = state["pid"], state["pid_start"]
-        except (OSError, ValueError, KeyError):
-            owner = started = None
-        if owner is not None and _is_alive(owner) and _start_time(owner) == started:
-            continue   # a live run: not ours to touch
-        stale.append(token)
+        if live_owner(token) is None:
+            stale.append(token)     # a live run is not ours to touch
     return stale
+
+
+def live_owner(token: str) -> int | None:
+    """The pid of the process that runs the run `token`, as its state file records it,
+    if that process is still the one alive (a reused pid is told apart by its start
+    time); None when the run has no state file or its owner is gone."""
+    try:
+        state = json.loads((STATE_DIR / f"{token}.json").read_text())
+        owner, started = state["pid"], state["pid_start"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return owner if _is_alive(owner) and _start_time(owner) == started else None
+
+
+def token_of(pid: int) -> str | None:
+    """The token of the run whose process is pid, from the runs' state files; None while
+    it has written none (a run writes its state file as it starts)."""
+    for f in STATE_DIR.glob(f"{PREFIX}*.json"):
+        try:
+            if json.loads(f.read_text())["pid"] == pid:
+                return f.stem
+        except (OSError, ValueError, KeyError):
+            continue        # being written, or its run gone meanwhile
+    return None
 
 
 def _is_alive(pid: int) -> bool:

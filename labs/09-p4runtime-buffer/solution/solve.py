@@ -4,14 +4,15 @@ run's tables say before and after the change (by the rules check.py applies).
 
     python3 labs/09-p4runtime-buffer/solution/solve.py OUT_DIR   (writes OUT_DIR/answers.toml)
 """
-import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from incast.machine import resources
+from incast.machine.resources import STATE_DIR
+
 CLIENT = Path(__file__).resolve().parent / "p4rt_buffer.py"
-STATE_DIR = Path("/run/incast")
 RUN = ["--switch", "bmv2", "--link-rate", "10Mbit", "--buffer", "16KiB", "--rto-min", "200ms", "--cc", "reno",
        "--telemetry", "--telemetry-sample", "above:8KiB", "--capture"]
 START_S = 300           # for the run's switch to appear (a 2-core VM builds it in seconds)
@@ -20,12 +21,9 @@ START_S = 300           # for the run's switch to appear (a 2-core VM builds it 
 def run_token(proc, deadline: float) -> str:
     """The token of the run whose process is proc (its state file in /run/incast)."""
     while time.monotonic() < deadline and proc.poll() is None:
-        for f in STATE_DIR.glob("incast-*.json"):
-            try:
-                if json.loads(f.read_text())["pid"] == proc.pid:
-                    return f.stem
-            except (OSError, ValueError, KeyError):
-                continue        # being written, or another run's gone meanwhile
+        token = resources.token_of(proc.pid)
+        if token:
+            return token
         time.sleep(0.1)
     raise RuntimeError(f"the run made no state file in {STATE_DIR} (exit {proc.poll()})")
 
