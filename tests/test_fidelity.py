@@ -289,13 +289,17 @@ def test_the_verdict_beside_a_cpu_hog_follows_the_links(tmp_path, no_leftovers, 
             # CPUs in every attempt the machine decided the runs: a skip that says so.
             faithful_or_fail(summaries, "a run beside a niced CPU hog")
     else:
-        assert f["cpu_others"] >= 0.3, runs
-        if f["ok"] and (f.get("cpu_niced") or 0) >= 0.3:
+        if (f.get("cpu_niced") or 0) >= 0.3 and (f["ok"] or f["cpu_others"] < 0.3):
             # Niced work beside the run that is not the hog (here the hog runs at normal
-            # priority): the hog then shares its CPUs with it, need not saturate one,
-            # and the links may keep their rate (seen: service 0.994 with another
-            # suite's guests niced beside it). A busy machine, not the testbed's verdict.
-            pytest.skip(f"other niced work took {100 * f['cpu_niced']:.0f}% of the CPUs beside the hog: {runs}")
+            # priority): the hog then shares its CPUs with it, need not saturate one or
+            # get the share it would alone (with autogroup a nice value weighs only
+            # within its session: seen, the hogs 19.8% of the CPUs beside 44.8% of
+            # niced work from another session), and the links may keep their rate
+            # (seen: service 0.994 with another suite's guests niced beside it). A busy
+            # machine, not the testbed's verdict.
+            pytest.skip(f"other niced work took {100 * f['cpu_niced']:.0f}% of the CPUs beside the hog "
+                        f"({100 * f['cpu_others']:.0f}% at normal priority): {runs}")
+        assert f["cpu_others"] >= 0.3, runs
         assert not f["ok"] and cpu_reasons, runs
         assert "incast-hog" in cpu_reasons[0], runs      # named beside the verdict
 
