@@ -133,6 +133,9 @@ module incast_switch #(
     logic [63:0] dscp_valid;
     logic [2:0]  pcp_class [8];
     logic [7:0]  pcp_valid;
+    localparam int EW = NMAC > 1 ? $clog2(NMAC) : 1;
+    wire [15:0]  port_off = mgmt_addr - ADDR_PORT_MAC;     // 4 a port: MAC low, MAC high, shaper
+    wire [15:0]  entry_off = mgmt_addr - ADDR_MAC_TABLE;   // 2 an entry
 
     always_ff @(posedge clk) begin
         if (rst) begin
@@ -171,34 +174,38 @@ module incast_switch #(
                     CFG_US_MUL: cfg_us_mul <= mgmt_wdata;   // the clock the ports run at
                     default: ;
                 endcase
-            for (int p = 0; p < NPORTS; p++) begin
-                if (mgmt_addr == ADDR_PORT_MAC + 16'(p * 4)) port_mac[p][31:0] <= mgmt_wdata;
-                if (mgmt_addr == ADDR_PORT_MAC + 16'(p * 4 + 1)) port_mac[p][47:32] <= mgmt_wdata[15:0];
-                if (mgmt_addr == ADDR_PORT_MAC + 16'(p * 4 + 2)) shaper[p] <= mgmt_wdata;
-            end
-            for (int e = 0; e < NMAC; e++) begin
-                if (mgmt_addr == ADDR_MAC_TABLE + 16'(e * 2)) fwd_mac[e][31:0] <= mgmt_wdata;
-                if (mgmt_addr == ADDR_MAC_TABLE + 16'(e * 2 + 1)) begin
-                    fwd_mac[e][47:32] <= mgmt_wdata[15:0];
-                    fwd_port[e] <= mgmt_wdata[16 +: PW];
-                    fwd_valid[e] <= mgmt_wdata[31];
+            // One indexed write a region, at the address's offset from its base: in
+            // simulation a loop comparing the address with every entry's costs every cycle,
+            // each entry's write prepared and tested whether it happens or not.
+            if (mgmt_addr >= ADDR_PORT_MAC && port_off < 16'(NPORTS * 4))
+                case (port_off[1:0])
+                    2'd0: port_mac[port_off[2 +: PW]][31:0] <= mgmt_wdata;
+                    2'd1: port_mac[port_off[2 +: PW]][47:32] <= mgmt_wdata[15:0];
+                    2'd2: shaper[port_off[2 +: PW]] <= mgmt_wdata;
+                    default: ;
+                endcase
+            if (mgmt_addr >= ADDR_MAC_TABLE && entry_off < 16'(NMAC * 2)) begin
+                if (!entry_off[0]) fwd_mac[entry_off[1 +: EW]][31:0] <= mgmt_wdata;
+                else begin
+                    fwd_mac[entry_off[1 +: EW]][47:32] <= mgmt_wdata[15:0];
+                    fwd_port[entry_off[1 +: EW]] <= mgmt_wdata[16 +: PW];
+                    fwd_valid[entry_off[1 +: EW]] <= mgmt_wdata[31];
                 end
             end
-            for (int d = 0; d < 64; d++)
-                if (mgmt_addr == ADDR_DSCP_MAP + 16'(d)) begin
-                    dscp_class[d] <= mgmt_wdata[2:0];
-                    dscp_valid[d] <= mgmt_wdata[8];
-                end
-            for (int c = 0; c < 8; c++)
-                if (mgmt_addr == ADDR_PCP_MAP + 16'(c)) begin
-                    pcp_class[c] <= mgmt_wdata[2:0];
-                    pcp_valid[c] <= mgmt_wdata[8];
-                end
-            for (int q = 0; q < NQ; q++) begin
-                if (mgmt_addr == ADDR_LIMIT + 16'(q)) limit_bytes[q] <= mgmt_wdata;
-                if (mgmt_addr == ADDR_XOFF_Q + 16'(q)) xoff_bytes[q] <= mgmt_wdata;
-                if (mgmt_addr == ADDR_XON_Q + 16'(q)) xon_bytes[q] <= mgmt_wdata;
+            if (mgmt_addr >= ADDR_DSCP_MAP && mgmt_addr - ADDR_DSCP_MAP < 16'd64) begin
+                dscp_class[6'(mgmt_addr - ADDR_DSCP_MAP)] <= mgmt_wdata[2:0];
+                dscp_valid[6'(mgmt_addr - ADDR_DSCP_MAP)] <= mgmt_wdata[8];
             end
+            if (mgmt_addr >= ADDR_PCP_MAP && mgmt_addr - ADDR_PCP_MAP < 16'd8) begin
+                pcp_class[3'(mgmt_addr - ADDR_PCP_MAP)] <= mgmt_wdata[2:0];
+                pcp_valid[3'(mgmt_addr - ADDR_PCP_MAP)] <= mgmt_wdata[8];
+            end
+            if (mgmt_addr >= ADDR_LIMIT && mgmt_addr - ADDR_LIMIT < 16'(NQ))
+                limit_bytes[QW'(mgmt_addr - ADDR_LIMIT)] <= mgmt_wdata;
+            if (mgmt_addr >= ADDR_XOFF_Q && mgmt_addr - ADDR_XOFF_Q < 16'(NQ))
+                xoff_bytes[QW'(mgmt_addr - ADDR_XOFF_Q)] <= mgmt_wdata;
+            if (mgmt_addr >= ADDR_XON_Q && mgmt_addr - ADDR_XON_Q < 16'(NQ))
+                xon_bytes[QW'(mgmt_addr - ADDR_XON_Q)] <= mgmt_wdata;
         end
     end
 
