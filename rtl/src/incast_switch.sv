@@ -587,7 +587,19 @@ module incast_switch #(
     logic [NQ-1:0]     q_congested;
     logic [15:0]       n_congested_q [8];
     logic [47:0]       pfc_all_until [8];
-    logic [47:0]       peer_paused_until [NQ];   // what this switch asked each port's peer
+    // Until when this switch asked each port's peer to pause a class (0: it did not), as
+    // peer_paused_until(p, c). Every request goes to every port but one and every release
+    // to all, so a class holds one time for every port (peer_until) but the port the
+    // latest request left out (peer_skip, while peer_skipped), which keeps the time it had
+    // (peer_skip_until). (A register a (port, class), written in loops over the ports, was
+    // in simulation work for each of them every cycle.)
+    logic [47:0]       peer_until [8];
+    logic [47:0]       peer_skip_until [8];
+    logic [PW-1:0]     peer_skip [8];
+    logic [7:0]        peer_skipped;
+    function automatic logic [47:0] peer_paused_until(input logic [PW-1:0] p, input logic [2:0] c);
+        peer_paused_until = peer_skipped[c] && p == peer_skip[c] ? peer_skip_until[c] : peer_until[c];
+    endfunction
 
     // 802.3x / PFC decisions of this admission.
     wire xoff_port = cfg_pause_on && !cfg_pfc && port_enq > cfg_xoff;
@@ -910,10 +922,13 @@ module incast_switch #(
             for (int c = 0; c < 8; c++) begin
                 n_congested_q[c] <= '0;
                 pfc_all_until[c] <= '0;
+                peer_until[c] <= '0;
+                peer_skip_until[c] <= '0;
+                peer_skip[c] <= '0;
             end
-            for (int q = 0; q < NQ; q++) peer_paused_until[q] <= '0;
+            peer_skipped <= '0;
         end else begin
-            logic up, down;
+            logic up, down, cup, cdown;
             logic [15:0] n;
             // 802.3x, per port
             up = ps == S_DEC2 && d_hit && xoff_port && !congested[d_port];
@@ -923,28 +938,40 @@ module incast_switch #(
             n_congested <= n;
             if (ps == S_DEC2 && d_hit && xoff_port) congested[d_port] <= 1'b1;
             if (down) congested[e_port] <= 1'b0;
+            // (PAUSE to every port but d_port: the one it leaves out keeps its time)
             if (send_pause && xoff_port) begin
                 pause_all_until <= now + {16'd0, cfg_pause_cycles};
-                for (int p = 0; p < NPORTS; p++)
-                    if (PW'(p) != d_port) peer_paused_until[p * 8] <= now + {16'd0, cfg_pause_cycles};
+                peer_skip_until[0] <= peer_paused_until(d_port, 3'd0);
+                peer_skip[0] <= d_port;
+                peer_skipped[0] <= 1'b1;
+                peer_until[0] <= now + {16'd0, cfg_pause_cycles};
             end
-            if (down && n == 0)
-                for (int p = 0; p < NPORTS; p++) peer_paused_until[p * 8] <= '0;
+            if (down && n == 0) begin
+                peer_until[0] <= '0;
+                peer_skipped[0] <= 1'b0;
+            end
             // PFC, per (port, class): nothing to do without it
-            if (cfg_pause_on && cfg_pfc)
-            for (int c = 0; c < 8; c++) begin
-                logic cup, cdown;
-                cup = ps == S_DEC2 && d_hit && xoff_q && d_class == 3'(c) && !q_congested[d_q];
-                cdown = rel_valid && cfg_pause_on && cfg_pfc && e_class == 3'(c) && q_congested[e_q]
-                        && occ_deq <= xon_bytes[e_q] && !(cup && d_q == e_q);
-                n_congested_q[c] <= n_congested_q[c] + {15'd0, cup} - {15'd0, cdown};
-                if (send_pause && xoff_q && d_class == 3'(c)) begin
-                    pfc_all_until[c] <= now + {16'd0, cfg_pause_cycles};
-                    for (int p = 0; p < NPORTS; p++)
-                        if (PW'(p) != d_port) peer_paused_until[p * 8 + c] <= now + {16'd0, cfg_pause_cycles};
+            if (cfg_pause_on && cfg_pfc) begin
+                for (int c = 0; c < 8; c++) begin
+                    cup = ps == S_DEC2 && d_hit && xoff_q && d_class == 3'(c) && !q_congested[d_q];
+                    cdown = rel_valid && cfg_pause_on && cfg_pfc && e_class == 3'(c) && q_congested[e_q]
+                            && occ_deq <= xon_bytes[e_q] && !(cup && d_q == e_q);
+                    n_congested_q[c] <= n_congested_q[c] + {15'd0, cup} - {15'd0, cdown};
                 end
-                if (cdown && n_congested_q[c] + {15'd0, cup} == 16'd1)
-                    for (int p = 0; p < NPORTS; p++) peer_paused_until[p * 8 + c] <= '0;
+                // a request names d_class, a release e_class (as cup and cdown above)
+                if (send_pause && xoff_q) begin
+                    pfc_all_until[d_class] <= now + {16'd0, cfg_pause_cycles};
+                    peer_skip_until[d_class] <= peer_paused_until(d_port, d_class);
+                    peer_skip[d_class] <= d_port;
+                    peer_skipped[d_class] <= 1'b1;
+                    peer_until[d_class] <= now + {16'd0, cfg_pause_cycles};
+                end
+                cup = ps == S_DEC2 && d_hit && xoff_q && d_class == e_class && !q_congested[d_q];
+                cdown = rel_valid && q_congested[e_q] && occ_deq <= xon_bytes[e_q] && !(cup && d_q == e_q);
+                if (cdown && n_congested_q[e_class] + {15'd0, cup} == 16'd1) begin
+                    peer_until[e_class] <= '0;
+                    peer_skipped[e_class] <= 1'b0;
+                end
             end
             if (ps == S_DEC2 && d_hit && xoff_q) q_congested[d_q] <= 1'b1;
             if (rel_valid && cfg_pause_on && cfg_pfc && q_congested[e_q] && occ_deq <= xon_bytes[e_q]
@@ -976,11 +1003,11 @@ module incast_switch #(
         // XON to the ports still paused, once the last congested port is at XON
         if (down && last)
             for (int p = 0; p < NPORTS; p++)
-                if (now < peer_paused_until[p * 8]) ctl_xon[p][0] = 1'b1;
+                if (now < peer_paused_until(PW'(p), 3'd0)) ctl_xon[p][0] = 1'b1;
         if (rel_valid && cfg_pause_on && cfg_pfc && q_congested[e_q] && occ_deq <= xon_bytes[e_q]
             && n_congested_q[e_class] == 16'd1)
             for (int p = 0; p < NPORTS; p++)
-                if (now < peer_paused_until[{PW'(p), e_class}]) ctl_xon[p][e_class] = 1'b1;
+                if (now < peer_paused_until(PW'(p), e_class)) ctl_xon[p][e_class] = 1'b1;
     end
 
     // ------------------------------------------------------------- telemetry
