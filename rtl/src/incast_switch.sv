@@ -133,6 +133,9 @@ module incast_switch #(
     logic [63:0] dscp_valid;
     logic [2:0]  pcp_class [8];
     logic [7:0]  pcp_valid;
+    localparam int EW = NMAC > 1 ? $clog2(NMAC) : 1;
+    wire [15:0]  port_off = mgmt_addr - ADDR_PORT_MAC;     // 4 a port: MAC low, MAC high, shaper
+    wire [15:0]  entry_off = mgmt_addr - ADDR_MAC_TABLE;   // 2 an entry
 
     always_ff @(posedge clk) begin
         if (rst) begin
@@ -171,34 +174,38 @@ module incast_switch #(
                     CFG_US_MUL: cfg_us_mul <= mgmt_wdata;   // the clock the ports run at
                     default: ;
                 endcase
-            for (int p = 0; p < NPORTS; p++) begin
-                if (mgmt_addr == ADDR_PORT_MAC + 16'(p * 4)) port_mac[p][31:0] <= mgmt_wdata;
-                if (mgmt_addr == ADDR_PORT_MAC + 16'(p * 4 + 1)) port_mac[p][47:32] <= mgmt_wdata[15:0];
-                if (mgmt_addr == ADDR_PORT_MAC + 16'(p * 4 + 2)) shaper[p] <= mgmt_wdata;
-            end
-            for (int e = 0; e < NMAC; e++) begin
-                if (mgmt_addr == ADDR_MAC_TABLE + 16'(e * 2)) fwd_mac[e][31:0] <= mgmt_wdata;
-                if (mgmt_addr == ADDR_MAC_TABLE + 16'(e * 2 + 1)) begin
-                    fwd_mac[e][47:32] <= mgmt_wdata[15:0];
-                    fwd_port[e] <= mgmt_wdata[16 +: PW];
-                    fwd_valid[e] <= mgmt_wdata[31];
+            // One indexed write a region, at the address's offset from its base: in
+            // simulation a loop comparing the address with every entry's costs every cycle,
+            // each entry's write prepared and tested whether it happens or not.
+            if (mgmt_addr >= ADDR_PORT_MAC && port_off < 16'(NPORTS * 4))
+                case (port_off[1:0])
+                    2'd0: port_mac[port_off[2 +: PW]][31:0] <= mgmt_wdata;
+                    2'd1: port_mac[port_off[2 +: PW]][47:32] <= mgmt_wdata[15:0];
+                    2'd2: shaper[port_off[2 +: PW]] <= mgmt_wdata;
+                    default: ;
+                endcase
+            if (mgmt_addr >= ADDR_MAC_TABLE && entry_off < 16'(NMAC * 2)) begin
+                if (!entry_off[0]) fwd_mac[entry_off[1 +: EW]][31:0] <= mgmt_wdata;
+                else begin
+                    fwd_mac[entry_off[1 +: EW]][47:32] <= mgmt_wdata[15:0];
+                    fwd_port[entry_off[1 +: EW]] <= mgmt_wdata[16 +: PW];
+                    fwd_valid[entry_off[1 +: EW]] <= mgmt_wdata[31];
                 end
             end
-            for (int d = 0; d < 64; d++)
-                if (mgmt_addr == ADDR_DSCP_MAP + 16'(d)) begin
-                    dscp_class[d] <= mgmt_wdata[2:0];
-                    dscp_valid[d] <= mgmt_wdata[8];
-                end
-            for (int c = 0; c < 8; c++)
-                if (mgmt_addr == ADDR_PCP_MAP + 16'(c)) begin
-                    pcp_class[c] <= mgmt_wdata[2:0];
-                    pcp_valid[c] <= mgmt_wdata[8];
-                end
-            for (int q = 0; q < NQ; q++) begin
-                if (mgmt_addr == ADDR_LIMIT + 16'(q)) limit_bytes[q] <= mgmt_wdata;
-                if (mgmt_addr == ADDR_XOFF_Q + 16'(q)) xoff_bytes[q] <= mgmt_wdata;
-                if (mgmt_addr == ADDR_XON_Q + 16'(q)) xon_bytes[q] <= mgmt_wdata;
+            if (mgmt_addr >= ADDR_DSCP_MAP && mgmt_addr - ADDR_DSCP_MAP < 16'd64) begin
+                dscp_class[6'(mgmt_addr - ADDR_DSCP_MAP)] <= mgmt_wdata[2:0];
+                dscp_valid[6'(mgmt_addr - ADDR_DSCP_MAP)] <= mgmt_wdata[8];
             end
+            if (mgmt_addr >= ADDR_PCP_MAP && mgmt_addr - ADDR_PCP_MAP < 16'd8) begin
+                pcp_class[3'(mgmt_addr - ADDR_PCP_MAP)] <= mgmt_wdata[2:0];
+                pcp_valid[3'(mgmt_addr - ADDR_PCP_MAP)] <= mgmt_wdata[8];
+            end
+            if (mgmt_addr >= ADDR_LIMIT && mgmt_addr - ADDR_LIMIT < 16'(NQ))
+                limit_bytes[QW'(mgmt_addr - ADDR_LIMIT)] <= mgmt_wdata;
+            if (mgmt_addr >= ADDR_XOFF_Q && mgmt_addr - ADDR_XOFF_Q < 16'(NQ))
+                xoff_bytes[QW'(mgmt_addr - ADDR_XOFF_Q)] <= mgmt_wdata;
+            if (mgmt_addr >= ADDR_XON_Q && mgmt_addr - ADDR_XON_Q < 16'(NQ))
+                xon_bytes[QW'(mgmt_addr - ADDR_XON_Q)] <= mgmt_wdata;
         end
     end
 
@@ -580,7 +587,19 @@ module incast_switch #(
     logic [NQ-1:0]     q_congested;
     logic [15:0]       n_congested_q [8];
     logic [47:0]       pfc_all_until [8];
-    logic [47:0]       peer_paused_until [NQ];   // what this switch asked each port's peer
+    // Until when this switch asked each port's peer to pause a class (0: it did not), as
+    // peer_paused_until(p, c). Every request goes to every port but one and every release
+    // to all, so a class holds one time for every port (peer_until) but the port the
+    // latest request left out (peer_skip, while peer_skipped), which keeps the time it had
+    // (peer_skip_until). (A register a (port, class), written in loops over the ports, was
+    // in simulation work for each of them every cycle.)
+    logic [47:0]       peer_until [8];
+    logic [47:0]       peer_skip_until [8];
+    logic [PW-1:0]     peer_skip [8];
+    logic [7:0]        peer_skipped;
+    function automatic logic [47:0] peer_paused_until(input logic [PW-1:0] p, input logic [2:0] c);
+        peer_paused_until = peer_skipped[c] && p == peer_skip[c] ? peer_skip_until[c] : peer_until[c];
+    endfunction
 
     // 802.3x / PFC decisions of this admission.
     wire xoff_port = cfg_pause_on && !cfg_pfc && port_enq > cfg_xoff;
@@ -903,10 +922,13 @@ module incast_switch #(
             for (int c = 0; c < 8; c++) begin
                 n_congested_q[c] <= '0;
                 pfc_all_until[c] <= '0;
+                peer_until[c] <= '0;
+                peer_skip_until[c] <= '0;
+                peer_skip[c] <= '0;
             end
-            for (int q = 0; q < NQ; q++) peer_paused_until[q] <= '0;
+            peer_skipped <= '0;
         end else begin
-            logic up, down;
+            logic up, down, cup, cdown;
             logic [15:0] n;
             // 802.3x, per port
             up = ps == S_DEC2 && d_hit && xoff_port && !congested[d_port];
@@ -916,28 +938,40 @@ module incast_switch #(
             n_congested <= n;
             if (ps == S_DEC2 && d_hit && xoff_port) congested[d_port] <= 1'b1;
             if (down) congested[e_port] <= 1'b0;
+            // (PAUSE to every port but d_port: the one it leaves out keeps its time)
             if (send_pause && xoff_port) begin
                 pause_all_until <= now + {16'd0, cfg_pause_cycles};
-                for (int p = 0; p < NPORTS; p++)
-                    if (PW'(p) != d_port) peer_paused_until[p * 8] <= now + {16'd0, cfg_pause_cycles};
+                peer_skip_until[0] <= peer_paused_until(d_port, 3'd0);
+                peer_skip[0] <= d_port;
+                peer_skipped[0] <= 1'b1;
+                peer_until[0] <= now + {16'd0, cfg_pause_cycles};
             end
-            if (down && n == 0)
-                for (int p = 0; p < NPORTS; p++) peer_paused_until[p * 8] <= '0;
+            if (down && n == 0) begin
+                peer_until[0] <= '0;
+                peer_skipped[0] <= 1'b0;
+            end
             // PFC, per (port, class): nothing to do without it
-            if (cfg_pause_on && cfg_pfc)
-            for (int c = 0; c < 8; c++) begin
-                logic cup, cdown;
-                cup = ps == S_DEC2 && d_hit && xoff_q && d_class == 3'(c) && !q_congested[d_q];
-                cdown = rel_valid && cfg_pause_on && cfg_pfc && e_class == 3'(c) && q_congested[e_q]
-                        && occ_deq <= xon_bytes[e_q] && !(cup && d_q == e_q);
-                n_congested_q[c] <= n_congested_q[c] + {15'd0, cup} - {15'd0, cdown};
-                if (send_pause && xoff_q && d_class == 3'(c)) begin
-                    pfc_all_until[c] <= now + {16'd0, cfg_pause_cycles};
-                    for (int p = 0; p < NPORTS; p++)
-                        if (PW'(p) != d_port) peer_paused_until[p * 8 + c] <= now + {16'd0, cfg_pause_cycles};
+            if (cfg_pause_on && cfg_pfc) begin
+                for (int c = 0; c < 8; c++) begin
+                    cup = ps == S_DEC2 && d_hit && xoff_q && d_class == 3'(c) && !q_congested[d_q];
+                    cdown = rel_valid && cfg_pause_on && cfg_pfc && e_class == 3'(c) && q_congested[e_q]
+                            && occ_deq <= xon_bytes[e_q] && !(cup && d_q == e_q);
+                    n_congested_q[c] <= n_congested_q[c] + {15'd0, cup} - {15'd0, cdown};
                 end
-                if (cdown && n_congested_q[c] + {15'd0, cup} == 16'd1)
-                    for (int p = 0; p < NPORTS; p++) peer_paused_until[p * 8 + c] <= '0;
+                // a request names d_class, a release e_class (as cup and cdown above)
+                if (send_pause && xoff_q) begin
+                    pfc_all_until[d_class] <= now + {16'd0, cfg_pause_cycles};
+                    peer_skip_until[d_class] <= peer_paused_until(d_port, d_class);
+                    peer_skip[d_class] <= d_port;
+                    peer_skipped[d_class] <= 1'b1;
+                    peer_until[d_class] <= now + {16'd0, cfg_pause_cycles};
+                end
+                cup = ps == S_DEC2 && d_hit && xoff_q && d_class == e_class && !q_congested[d_q];
+                cdown = rel_valid && q_congested[e_q] && occ_deq <= xon_bytes[e_q] && !(cup && d_q == e_q);
+                if (cdown && n_congested_q[e_class] + {15'd0, cup} == 16'd1) begin
+                    peer_until[e_class] <= '0;
+                    peer_skipped[e_class] <= 1'b0;
+                end
             end
             if (ps == S_DEC2 && d_hit && xoff_q) q_congested[d_q] <= 1'b1;
             if (rel_valid && cfg_pause_on && cfg_pfc && q_congested[e_q] && occ_deq <= xon_bytes[e_q]
@@ -969,11 +1003,11 @@ module incast_switch #(
         // XON to the ports still paused, once the last congested port is at XON
         if (down && last)
             for (int p = 0; p < NPORTS; p++)
-                if (now < peer_paused_until[p * 8]) ctl_xon[p][0] = 1'b1;
+                if (now < peer_paused_until(PW'(p), 3'd0)) ctl_xon[p][0] = 1'b1;
         if (rel_valid && cfg_pause_on && cfg_pfc && q_congested[e_q] && occ_deq <= xon_bytes[e_q]
             && n_congested_q[e_class] == 16'd1)
             for (int p = 0; p < NPORTS; p++)
-                if (now < peer_paused_until[{PW'(p), e_class}]) ctl_xon[p][e_class] = 1'b1;
+                if (now < peer_paused_until(PW'(p), e_class)) ctl_xon[p][e_class] = 1'b1;
     end
 
     // ------------------------------------------------------------- telemetry

@@ -48,19 +48,21 @@ module sync_fifo #(
             rp <= '0;
             rd_inflight <= 1'b0;
             nq <= '0;
-            q0 <= '0;
-            q1 <= '0;
         end else begin
             if (push && !full) wp <= wp + 1'b1;
             if (do_read) rp <= rp + 1'b1;
             rd_inflight <= do_read;
-            // Shift out the head, then append what the memory returned.
-            if (do_pop) q0 <= q1;
-            if (rd_inflight) begin
-                if (nq - {1'b0, do_pop} == 2'd0) q0 <= rdata;
-                else q1 <= rdata;
-            end
             nq <= nq_after;
         end
     end
+    // Shift out the head, then append what the memory returned. (q0 and q1 in blocks of
+    // their own: in simulation a register that the block writing it also reads is copied
+    // to and from a shadow every cycle, and q1 may be hundreds of bits wide.)
+    always_ff @(posedge clk)
+        if (rst) q0 <= '0;
+        else if (rd_inflight && nq - {1'b0, do_pop} == 2'd0) q0 <= rdata;
+        else if (do_pop) q0 <= q1;
+    always_ff @(posedge clk)
+        if (rst) q1 <= '0;
+        else if (rd_inflight && nq - {1'b0, do_pop} != 2'd0) q1 <= rdata;
 endmodule
